@@ -1,0 +1,142 @@
+//! The backend interface: the ops a model graph may use.
+
+use lockstep_quant::GgmlType;
+
+use crate::{Batch, HostTensor, Taps};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("tensor `{name}`: {why}")]
+    Weight { name: String, why: String },
+    #[error("token id {id} at batch row {row} is outside the vocabulary (size {vocab})")]
+    TokenOutOfRange { id: u32, row: usize, vocab: usize },
+    #[error("KV cache: {0}")]
+    Kv(String),
+    #[error("{backend} backend: {why}")]
+    Unavailable { backend: String, why: String },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A weight as stored in the model file: the backend decides how to hold it (dequantized to
+/// f32, kept quantized, uploaded to a device).
+#[derive(Clone, Copy, Debug)]
+pub struct WeightView<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    /// ggml order: `dims[0]` is the row length.
+    pub dims: &'a [u64],
+    pub data: &'a [u8],
+}
+
+/// Shape of the paged KV cache the engine asks a backend to allocate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    pub n_layers: usize,
+    pub n_blocks: usize,
+    pub block_size: usize,
+    /// Width of one cached K (and V) row: n_kv_heads * head_dim.
+    pub kv_dim: usize,
+}
+
+impl KvLayout {
+    pub fn n_slots(&self) -> usize {
+        self.n_blocks * self.block_size
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// llama.cpp `LLAMA_ROPE_TYPE_NORM`: rotate adjacent pairs (x[2i], x[2i+1]).
+    Norm,
+    /// llama.cpp `LLAMA_ROPE_TYPE_NEOX`: rotate halves (x[i], x[i + n_rot/2]).
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub style: RopeStyle,
+    pub head_dim: usize,
+    /// Dimensions rotated per head (the rest pass through).
+    pub n_rot: usize,
+    pub base: f32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation (Gemma).
+    GeluTanh,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies q.k before the mask and softmax.
+    pub scale: f32,
+    /// A query at position p sees keys in (p - window, p]; `None` = plain causal.
+    pub window: Option<u32>,
+}
+
+/// Ops a backend provides. Activations are 2-D `[rows, cols]` (one row per batch token).
+///
+/// Every op is deterministic: the same inputs give bitwise the same outputs regardless of how
+/// many other rows share the batch (the reference backend guarantees this; others state where
+/// they do not).
+pub trait Backend {
+    type Tensor;
+    type Weight;
+    type KvCache;
+
+    fn name(&self) -> &str;
+
+    fn load_weight(&self, w: WeightView<'_>) -> Result<Self::Weight, BackendError>;
+    fn alloc_kv(&self, layout: KvLayout) -> Result<Self::KvCache, BackendError>;
+
+    fn to_host(&self, t: &Self::Tensor) -> HostTensor;
+
+    /// Rows `ids` of an embedding table `[vocab, dim]`.
+    fn embed(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor, BackendError>;
+    /// `x W^T` for `W` of shape `[out, in]` (GGUF dims `[in, out]`).
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Self::Tensor;
+    /// Adds a bias vector to every row.
+    fn add_bias(&self, x: &Self::Tensor, bias: &Self::Weight) -> Self::Tensor;
+    /// RMS-normalises every contiguous group of `weight`'s length (a row, or one head) and
+    /// multiplies by `weight`.
+    fn rms_norm(&self, x: &Self::Tensor, weight: &Self::Weight, eps: f32) -> Self::Tensor;
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Self::Tensor;
+    fn scale(&self, x: &Self::Tensor, s: f32) -> Self::Tensor;
+    /// `act(gate) * up`, element-wise.
+    fn act_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Self::Tensor;
+    /// Rotary embedding of every head of every row, row `i` at `positions[i]`.
+    fn rope(&self, x: &Self::Tensor, positions: &[u32], p: RopeParams) -> Self::Tensor;
+    /// The rows `rows` of `x`, in that order.
+    fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Self::Tensor;
+
+    /// Writes row `i` of `k`/`v` to cache slot `batch.slots[i]` of `layer`.
+    fn kv_store(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        batch: &Batch,
+    ) -> Result<(), BackendError>;
+
+    /// Masked multi-head attention of `q` (`[rows, n_heads * head_dim]`) over each
+    /// sequence's cached keys and values; returns `[rows, n_heads * head_dim]`.
+    ///
+    /// Emits `blk.{layer}.k_read`, `v_read`, `kq` (scaled, masked scores, -inf where masked)
+    /// and `kq_softmax` when an observer wants them; layouts are in `docs/taps.md`.
+    fn attention(
+        &self,
+        cache: &Self::KvCache,
+        layer: usize,
+        q: &Self::Tensor,
+        batch: &Batch,
+        p: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<Self::Tensor, BackendError>;
+}

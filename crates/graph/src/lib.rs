@@ -1,0 +1,20 @@
+//! The contract between model graphs and backends.
+//!
+//! A model graph (crate `lockstep-models`) is written once against [`Backend`]; a backend
+//! implements ops and never contains model logic. The engine (crate `lockstep-engine`) builds a
+//! [`Batch`] — tokens, positions, and where each token's K/V lives in the paged cache — so every
+//! backend reads and writes K/V through the same slot arithmetic. Every op output the graph
+//! produces is offered to a [`Taps`] observer under a canonical name (see `docs/taps.md`).
+
+mod backend;
+mod batch;
+mod host;
+pub mod taps;
+
+pub use backend::{
+    Activation, AttentionParams, Backend, BackendError, KvLayout, RopeParams, RopeStyle,
+    WeightView,
+};
+pub use batch::{Batch, BatchSeq};
+pub use host::HostTensor;
+pub use taps::{TapObserver, Taps};

@@ -1,0 +1,121 @@
+//! The forward pass. One function for every supported architecture: read it top to bottom
+//! like llama2.c's `forward`, with a tap after every op.
+
+use lockstep_graph::{AttentionParams, Backend, Batch, HostTensor, RopeParams, Taps};
+
+use crate::config::ModelConfig;
+use crate::weights::Model;
+use crate::ModelError;
+
+/// Runs `batch` through the model, writing each new token's K/V to the cache, and returns the
+/// logits of `batch.output_rows` as `[output_rows.len(), n_vocab]`.
+pub fn forward<B: Backend>(
+    b: &B,
+    model: &Model<B>,
+    cache: &mut B::KvCache,
+    batch: &Batch,
+    taps: &mut Taps<'_>,
+) -> Result<HostTensor, ModelError> {
+    let cfg: &ModelConfig = &model.config;
+    let positions = &batch.positions;
+
+    let mut x = b.embed(&model.token_embd, &batch.tokens)?;
+    taps.emit("inp_embd", || b.to_host(&x));
+    if let Some(s) = cfg.embd_scale {
+        x = b.scale(&x, s);
+        taps.emit("inp_scaled", || b.to_host(&x));
+    }
+
+    for (il, w) in model.layers.iter().enumerate() {
+        let local = cfg.is_local_layer(il);
+
+        // Attention.
+        let h = b.rms_norm(&x, &w.attn_norm, cfg.rms_eps);
+        taps.emit_layer(il, "attn_norm", || b.to_host(&h));
+        let mut q = b.matmul(&h, &w.wq);
+        let mut k = b.matmul(&h, &w.wk);
+        let mut v = b.matmul(&h, &w.wv);
+        if let Some(bq) = &w.bq {
+            q = b.add_bias(&q, bq);
+        }
+        if let Some(bk) = &w.bk {
+            k = b.add_bias(&k, bk);
+        }
+        if let Some(bv) = &w.bv {
+            v = b.add_bias(&v, bv);
+        }
+        taps.emit_layer(il, "q", || b.to_host(&q));
+        taps.emit_layer(il, "k", || b.to_host(&k));
+        taps.emit_layer(il, "v", || b.to_host(&v));
+        if let Some(qn) = &w.q_norm {
+            q = b.rms_norm(&q, qn, cfg.rms_eps);
+            taps.emit_layer(il, "q_norm", || b.to_host(&q));
+        }
+        if let Some(kn) = &w.k_norm {
+            k = b.rms_norm(&k, kn, cfg.rms_eps);
+            taps.emit_layer(il, "k_norm", || b.to_host(&k));
+        }
+        let rope = RopeParams {
+            style: cfg.rope_style,
+            head_dim: cfg.head_dim,
+            n_rot: cfg.n_rot,
+            base: if local {
+                cfg.rope_base_local
+            } else {
+                cfg.rope_base
+            },
+        };
+        let q = b.rope(&q, positions, rope);
+        taps.emit_layer(il, "q_rope", || b.to_host(&q));
+        let k = b.rope(&k, positions, rope);
+        taps.emit_layer(il, "k_rope", || b.to_host(&k));
+
+        b.kv_store(cache, il, &k, &v, batch)?;
+        let attn = AttentionParams {
+            n_heads: cfg.n_heads,
+            n_kv_heads: cfg.n_kv_heads,
+            head_dim: cfg.head_dim,
+            scale: cfg.attn_scale,
+            window: if local { cfg.sliding_window } else { None },
+        };
+        let kqv = b.attention(cache, il, &q, batch, attn, taps)?;
+        taps.emit_layer(il, "kqv", || b.to_host(&kqv));
+        let mut attn_out = b.matmul(&kqv, &w.wo);
+        taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));
+        if let Some(pn) = &w.post_attn_norm {
+            attn_out = b.rms_norm(&attn_out, pn, cfg.rms_eps);
+            taps.emit_layer(il, "attn_post_norm", || b.to_host(&attn_out));
+        }
+        let ffn_inp = b.add(&x, &attn_out);
+        taps.emit_layer(il, "ffn_inp", || b.to_host(&ffn_inp));
+
+        // Feed-forward.
+        let h = b.rms_norm(&ffn_inp, &w.ffn_norm, cfg.rms_eps);
+        taps.emit_layer(il, "ffn_norm", || b.to_host(&h));
+        let gate = b.matmul(&h, &w.ffn_gate);
+        taps.emit_layer(il, "ffn_gate", || b.to_host(&gate));
+        let up = b.matmul(&h, &w.ffn_up);
+        taps.emit_layer(il, "ffn_up", || b.to_host(&up));
+        let act = b.act_mul(&gate, &up, cfg.activation);
+        taps.emit_layer(il, "ffn_act", || b.to_host(&act));
+        let mut ffn_out = b.matmul(&act, &w.ffn_down);
+        taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
+        if let Some(pn) = &w.post_ffn_norm {
+            ffn_out = b.rms_norm(&ffn_out, pn, cfg.rms_eps);
+            taps.emit_layer(il, "ffn_post_norm", || b.to_host(&ffn_out));
+        }
+        x = b.add(&ffn_inp, &ffn_out);
+        taps.emit_layer(il, "l_out", || b.to_host(&x));
+    }
+
+    // Only the rows whose logits are wanted go through the head: for a long prompt that is
+    // one row instead of hundreds of vocabulary-wide products.
+    let x = b.select_rows(&x, &batch.output_rows);
+    let h = b.rms_norm(&x, &model.output_norm, cfg.rms_eps);
+    taps.emit("result_norm", || b.to_host(&h));
+    let head = model.output.as_ref().unwrap_or(&model.token_embd);
+    let logits = b.matmul(&h, head);
+    let logits = b.to_host(&logits);
+    taps.emit("result_output", || logits.clone());
+    Ok(logits)
+}
