@@ -15,7 +15,9 @@ pub enum GgufError {
         found.escape_ascii()
     )]
     BadMagic { found: [u8; 4] },
-    #[error("unsupported GGUF version {version} at offset 4{hint} (lockstep reads versions 2 and 3)")]
+    #[error(
+        "unsupported GGUF version {version} at offset 4{hint} (lockstep reads versions 2 and 3)"
+    )]
     BadVersion { version: u32, hint: &'static str },
     #[error("truncated file: {what} needs {needed} bytes at offset {offset}, but the file ends at {file_len}")]
     Truncated {
@@ -80,7 +82,9 @@ pub enum GgufError {
     },
     #[error("duplicate tensor name `{name}` at offset {offset}")]
     DuplicateTensor { name: String, offset: u64 },
-    #[error("tensor `{name}`: data offset {data_offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor `{name}`: data offset {data_offset} is not a multiple of the alignment {alignment}"
+    )]
     MisalignedTensor {
         name: String,
         data_offset: u64,

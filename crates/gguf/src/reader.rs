@@ -192,13 +192,12 @@ impl<'a> Cursor<'a> {
                     });
                 }
                 let type_id = self.u32(&|| format!("array type of `{key}`"))?;
-                let elem = ValueType::from_id(type_id).ok_or_else(|| {
-                    GgufError::UnknownValueType {
+                let elem =
+                    ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
                         key: key.to_string(),
                         type_id,
                         offset: at,
-                    }
-                })?;
+                    })?;
                 let count_at = self.offset();
                 let count = self.u64(&|| format!("array length of `{key}`"))?;
                 self.check_count("array element", count, elem.min_encoded_size(), count_at)?;
@@ -341,9 +340,7 @@ pub fn parse(bytes: &[u8]) -> Result<Header, GgufError> {
                 return Err(GgufError::TensorOutOfBounds {
                     name: t.name.clone(),
                     start: data_offset.saturating_add(t.offset),
-                    end: data_offset
-                        .saturating_add(t.offset)
-                        .saturating_add(t.size),
+                    end: data_offset.saturating_add(t.offset).saturating_add(t.size),
                     file_len,
                 })
             }

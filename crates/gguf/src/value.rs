@@ -185,11 +185,7 @@ impl Value {
                     .map(|v| v.summary(max_items))
                     .collect();
                 if items.len() > max_items {
-                    format!(
-                        "[{t}; {}] [{}, ...]",
-                        items.len(),
-                        shown.join(", ")
-                    )
+                    format!("[{t}; {}] [{}, ...]", items.len(), shown.join(", "))
                 } else {
                     format!("[{}]", shown.join(", "))
                 }
@@ -349,7 +345,10 @@ impl Metadata {
         let (_, items) = self.get_array(key)?;
         items
             .iter()
-            .map(|v| v.as_str().ok_or_else(|| Self::wrong(key, "array of string", v)))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| Self::wrong(key, "array of string", v))
+            })
             .collect()
     }
 
