@@ -7,7 +7,11 @@ use lockstep_graph::{Backend, HostTensor};
 
 fn main() {
     let b = RefBackend::new();
-    for &(n, k, m) in &[(1usize, 576usize, 1536usize), (512, 576, 1536), (512, 640, 2048)] {
+    for &(n, k, m) in &[
+        (1usize, 576usize, 1536usize),
+        (512, 576, 1536),
+        (512, 640, 2048),
+    ] {
         let x = HostTensor::matrix(n, k, (0..n * k).map(|i| (i % 13) as f32 * 0.1).collect());
         let w = RefWeight {
             rows: m,

@@ -162,8 +162,12 @@ mod tests {
     fn tiled_matmul_is_bitwise_dot() {
         let k = 67; // exercises the tail
         let (n, m) = (5, 11);
-        let x: Vec<f32> = (0..n * k).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
-        let w: Vec<f32> = (0..m * k).map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021).collect();
+        let x: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013)
+            .collect();
+        let w: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 53 % 97) as f32 - 48.0) * 0.021)
+            .collect();
         let mut out_t = vec![0f32; m * n];
         matmul_block(&x, n, k, &w, &mut out_t);
         for j in 0..m {

@@ -71,7 +71,7 @@ impl Backend for RefBackend {
     fn load_weight(&self, w: WeightView<'_>) -> Result<RefWeight, BackendError> {
         let n: u64 = w.dims.iter().product();
         let cols = w.dims.first().copied().unwrap_or(1) as usize;
-        let rows = if cols == 0 { 0 } else { n as usize / cols };
+        let rows = (n as usize).checked_div(cols).unwrap_or(0);
         let data = lockstep_quant::dequantize(w.ty, w.data, n as usize).map_err(|e| {
             BackendError::Weight {
                 name: w.name.to_string(),
@@ -120,7 +120,11 @@ impl Backend for RefBackend {
 
     fn matmul(&self, x: &HostTensor, w: &RefWeight) -> HostTensor {
         let (n, k) = matrix(x);
-        assert_eq!(k, w.cols, "matmul: x has {k} columns, weight rows have {}", w.cols);
+        assert_eq!(
+            k, w.cols,
+            "matmul: x has {k} columns, weight rows have {}",
+            w.cols
+        );
         let m = w.rows;
         // Work is split over output columns; each output element is computed in exactly the
         // order of `dot`, so neither the split nor the tiling changes a bit of the result.
@@ -156,7 +160,11 @@ impl Backend for RefBackend {
 
     fn rms_norm(&self, x: &HostTensor, weight: &RefWeight, eps: f32) -> HostTensor {
         let g = weight.data.len();
-        assert!(g > 0 && x.cols() % g == 0, "rms_norm group {g} vs {} columns", x.cols());
+        assert!(
+            g > 0 && x.cols().is_multiple_of(g),
+            "rms_norm group {g} vs {} columns",
+            x.cols()
+        );
         let mut out = x.clone();
         for grp in out.data.chunks_mut(g) {
             let ss: f64 = grp.iter().map(|&v| f64::from(v) * f64::from(v)).sum();

@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use lockstep_graph::{Backend, Taps};
-use lockstep_sampling::{FinishReason, ParamError, Sampler, SamplingError, SamplingParams, StopChecker};
+use lockstep_sampling::{
+    FinishReason, ParamError, Sampler, SamplingError, SamplingParams, StopChecker,
+};
 use lockstep_tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
 use crate::{Engine, EngineError};

@@ -20,7 +20,11 @@ pub use lockstep_sampling::{FinishReason, SamplingParams};
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("context overflow: sequence {seq} would hold {needed} tokens, the context is {n_ctx}")]
-    ContextOverflow { seq: u64, needed: usize, n_ctx: usize },
+    ContextOverflow {
+        seq: u64,
+        needed: usize,
+        n_ctx: usize,
+    },
     #[error("KV cache full: need {needed_blocks} more blocks of {block_size} tokens, {free_blocks} free")]
     CacheFull {
         needed_blocks: usize,
@@ -33,7 +37,9 @@ pub enum EngineError {
     NoSuchSequence(u64),
     #[error("sequence {0} appears twice in one batch")]
     DuplicateSequence(u64),
-    #[error("token id {id} (sequence {seq}, new token {index}) is outside the vocabulary of {vocab}")]
+    #[error(
+        "token id {id} (sequence {seq}, new token {index}) is outside the vocabulary of {vocab}"
+    )]
     TokenOutOfRange {
         seq: u64,
         index: usize,
@@ -280,13 +286,7 @@ impl<B: Backend> Engine<B> {
             });
         }
 
-        let logits = forward(
-            &self.backend,
-            &self.model,
-            &mut self.cache,
-            &batch,
-            taps,
-        )?;
+        let logits = forward(&self.backend, &self.model, &mut self.cache, &batch, taps)?;
         for inp in inputs {
             if let Some(s) = self.seqs.get_mut(&inp.seq) {
                 s.n_past += inp.tokens.len();
@@ -295,9 +295,7 @@ impl<B: Backend> Engine<B> {
         let v = logits.cols();
         Ok(out_ranges
             .into_iter()
-            .map(|r| {
-                HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec())
-            })
+            .map(|r| HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec()))
             .collect())
     }
 

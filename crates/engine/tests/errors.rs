@@ -46,7 +46,10 @@ fn unknown_architecture_is_named() {
     })
     .err()
     .expect("must fail");
-    assert!(matches!(e, ModelError::UnknownArchitecture(ref a) if a == "mamba"), "{e}");
+    assert!(
+        matches!(e, ModelError::UnknownArchitecture(ref a) if a == "mamba"),
+        "{e}"
+    );
     assert!(e.to_string().contains("mamba"));
 }
 
@@ -114,29 +117,41 @@ fn engine_rejects_bad_requests() {
         logits: Logits::Last,
         mask: None,
     };
-    let err = e.forward(&[one(&[])], &mut Taps::none()).err().expect("empty");
+    let err = e
+        .forward(&[one(&[])], &mut Taps::none())
+        .expect_err("empty");
     assert!(matches!(err, EngineError::EmptyInput(_)), "{err}");
     let err = e
         .forward(&[one(&[1; 9])], &mut Taps::none())
-        .err()
-        .expect("overflow");
-    assert!(matches!(err, EngineError::ContextOverflow { needed: 9, n_ctx: 8, .. }), "{err}");
+        .expect_err("overflow");
+    assert!(
+        matches!(
+            err,
+            EngineError::ContextOverflow {
+                needed: 9,
+                n_ctx: 8,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = e
         .forward(&[one(&[1, 5000])], &mut Taps::none())
-        .err()
-        .expect("vocab");
+        .expect_err("vocab");
     assert!(err.to_string().contains("5000"), "{err}");
     // Nothing above changed the sequence.
     assert_eq!(e.seq_len(s).expect("seq"), 0);
-    e.forward(&[one(&[1, 2, 3])], &mut Taps::none()).expect("valid");
+    e.forward(&[one(&[1, 2, 3])], &mut Taps::none())
+        .expect("valid");
     let err = e
         .forward(&[one(&[1; 6])], &mut Taps::none())
-        .err()
-        .expect("overflow after 3");
-    assert!(matches!(err, EngineError::ContextOverflow { needed: 9, .. }), "{err}");
+        .expect_err("overflow after 3");
+    assert!(
+        matches!(err, EngineError::ContextOverflow { needed: 9, .. }),
+        "{err}"
+    );
     let err = e
         .forward(&[one(&[1]), one(&[2])], &mut Taps::none())
-        .err()
-        .expect("dup");
+        .expect_err("dup");
     assert!(matches!(err, EngineError::DuplicateSequence(_)), "{err}");
 }

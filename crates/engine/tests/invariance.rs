@@ -1,6 +1,8 @@
 //! Bitwise invariances of the reference backend: batch vs alone, one prefill vs prefix + decode,
 //! block size and fragmented block tables, explicit all-true mask vs none.
 
+#![allow(clippy::needless_range_loop)] // row indices address two parallel arrays
+
 mod common;
 
 use common::*;
@@ -63,7 +65,11 @@ fn check_model(path: &std::path::Path) {
     let out = e.forward(&inputs, &mut Taps::none()).expect("batch");
     for (i, p) in ps.iter().enumerate() {
         for r in 0..p.len() {
-            assert_eq!(bits(out[i].row(r)), reference[i][r], "batch vs alone: prompt {i} row {r}");
+            assert_eq!(
+                bits(out[i].row(r)),
+                reference[i][r],
+                "batch vs alone: prompt {i} row {r}"
+            );
         }
     }
     for s in seqs {
@@ -86,7 +92,11 @@ fn check_model(path: &std::path::Path) {
     let out = e.forward(&inputs, &mut Taps::none()).expect("prefix");
     for (i, _) in ps.iter().enumerate() {
         for r in 0..split {
-            assert_eq!(bits(out[i].row(r)), reference[i][r], "prefix: prompt {i} row {r}");
+            assert_eq!(
+                bits(out[i].row(r)),
+                reference[i][r],
+                "prefix: prompt {i} row {r}"
+            );
         }
     }
     let longest = ps.iter().map(|p| p.len()).max().unwrap_or(0);
@@ -103,7 +113,11 @@ fn check_model(path: &std::path::Path) {
             .collect();
         let out = e.forward(&inputs, &mut Taps::none()).expect("decode");
         for (j, &i) in active.iter().enumerate() {
-            assert_eq!(bits(out[j].row(0)), reference[i][pos], "decode: prompt {i} pos {pos}");
+            assert_eq!(
+                bits(out[j].row(0)),
+                reference[i][pos],
+                "decode: prompt {i} pos {pos}"
+            );
         }
     }
     for s in seqs {
@@ -125,7 +139,11 @@ fn check_model(path: &std::path::Path) {
         )
         .expect("masked");
     for r in 0..p.len() {
-        assert_eq!(bits(out[0].row(r)), reference[1][r], "all-true mask: row {r}");
+        assert_eq!(
+            bits(out[0].row(r)),
+            reference[1][r],
+            "all-true mask: row {r}"
+        );
     }
     e.free_sequence(s);
 
@@ -156,7 +174,11 @@ fn check_model(path: &std::path::Path) {
         "block table {table:?} should be fragmented"
     );
     for r in 0..ps[2].len() {
-        assert_eq!(bits(out[0].row(r)), reference[2][r], "fragmented blocks: row {r}");
+        assert_eq!(
+            bits(out[0].row(r)),
+            reference[2][r],
+            "fragmented blocks: row {r}"
+        );
     }
 }
 

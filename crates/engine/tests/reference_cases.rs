@@ -63,7 +63,12 @@ fn load_cases(model: &str) -> Vec<Case> {
                         .as_array()
                         .expect("top")
                         .iter()
-                        .map(|p| (p[0].as_u64().expect("id") as u32, p[1].as_f64().expect("logit")))
+                        .map(|p| {
+                            (
+                                p[0].as_u64().expect("id") as u32,
+                                p[1].as_f64().expect("logit"),
+                            )
+                        })
                         .collect()
                 })
                 .collect(),
@@ -125,9 +130,13 @@ fn stats(reference: &[f32], ours: &[f32]) -> LogitStats {
 fn run_model(model: &str) {
     let cases = load_cases(model);
     assert_eq!(cases.len(), 11, "{model}: expected 11 cases");
-    let logits_file =
-        std::fs::read(fixtures().join("reference").join(model).join("logits.safetensors"))
-            .expect("read logits.safetensors");
+    let logits_file = std::fs::read(
+        fixtures()
+            .join("reference")
+            .join(model)
+            .join("logits.safetensors"),
+    )
+    .expect("read logits.safetensors");
     let ref_logits = safetensors::SafeTensors::deserialize(&logits_file).expect("parse logits");
     let mut engine = ref_engine(
         &model_path(model),
@@ -162,7 +171,11 @@ fn run_model(model: &str) {
         .collect();
     let t0 = std::time::Instant::now();
     let out = engine.forward(&inputs, &mut Taps::none()).expect("forward");
-    println!("{model}: teacher-forced batch of {} sequences in {:.1?}", cases.len(), t0.elapsed());
+    println!(
+        "{model}: teacher-forced batch of {} sequences in {:.1?}",
+        cases.len(),
+        t0.elapsed()
+    );
     for (c, lg) in cases.iter().zip(&out) {
         let steps: Vec<&[f32]> = (0..c.gen_ids.len()).map(|k| lg.row(k)).collect();
         let mut agree = 0;
@@ -179,7 +192,10 @@ fn run_model(model: &str) {
         }
         for (k, top) in c.topk.iter().enumerate() {
             let ours = steps[k];
-            let overlap = top.iter().filter(|(id, _)| top_n(ours, 20).contains(id)).count();
+            let overlap = top
+                .iter()
+                .filter(|(id, _)| top_n(ours, 20).contains(id))
+                .count();
             let worst = top
                 .iter()
                 .map(|&(id, l)| (ours[id as usize] as f64 - l).abs())
@@ -272,7 +288,9 @@ fn run_model(model: &str) {
     for (i, c) in cases.iter().enumerate() {
         let n = limits[i];
         if generated[i][..n] != c.gen_ids[..n] {
-            let at = (0..n).find(|&k| generated[i][k] != c.gen_ids[k]).unwrap_or(n);
+            let at = (0..n)
+                .find(|&k| generated[i][k] != c.gen_ids[k])
+                .unwrap_or(n);
             failures.push(format!(
                 "{model} #{} {}: greedy diverges at step {at} (must match up to {n})",
                 c.idx, c.name

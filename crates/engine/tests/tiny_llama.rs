@@ -55,7 +55,9 @@ fn tiny_llama_every_quant_type_matches_exact_math() {
         let got = &out[0].data;
         let e = nmse(got, &exact);
         let l = nmse(got, &llama);
-        report.push(format!("{ty:7} nmse vs exact {e:.2e}  vs llama.cpp {l:.2e}"));
+        report.push(format!(
+            "{ty:7} nmse vs exact {e:.2e}  vs llama.cpp {l:.2e}"
+        ));
         assert!(e <= 1e-6, "{ty}: NMSE vs exact_f64 {e:e} > 1e-6");
         assert!(l <= 1e-3, "{ty}: NMSE vs llama.cpp {l:e} > 1e-3");
     }

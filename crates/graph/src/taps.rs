@@ -66,10 +66,13 @@ pub fn layer_tap(layer: usize, name: &str) -> String {
     format!("blk.{layer}.{name}")
 }
 
+/// Decides by name which taps an observer keeps.
+pub type TapFilter = Box<dyn Fn(&str) -> bool + Send>;
+
 /// Records every tap it is offered, in execution order. Handy for tests and traces.
 #[derive(Default)]
 pub struct Recorder {
-    pub filter: Option<Box<dyn Fn(&str) -> bool + Send>>,
+    pub filter: Option<TapFilter>,
     pub taps: Vec<(String, HostTensor)>,
 }
 

@@ -71,7 +71,8 @@ impl ModelConfig {
         let key = |k: &str| format!("{a}.{k}");
         let usize_of = |k: &str| -> Result<usize, ModelError> {
             let v = md.get_u64(&key(k))?;
-            usize::try_from(v).map_err(|_| ModelError::Config(format!("{}: {v} is too large", key(k))))
+            usize::try_from(v)
+                .map_err(|_| ModelError::Config(format!("{}: {v} is too large", key(k))))
         };
         let n_layers = usize_of("block_count")?;
         let n_embd = usize_of("embedding_length")?;
@@ -115,7 +116,10 @@ impl ModelConfig {
         }
         let n_vocab = match md.opt_u64(&key("vocab_size"))? {
             Some(v) => v as usize,
-            None => md.get_array("tokenizer.ggml.tokens").map(|(_, t)| t.len()).unwrap_or(0),
+            None => md
+                .get_array("tokenizer.ggml.tokens")
+                .map(|(_, t)| t.len())
+                .unwrap_or(0),
         };
         let n_ctx_train = usize_of("context_length")?;
         let rms_eps = md.get_f64(&key("attention.layer_norm_rms_epsilon"))? as f32;

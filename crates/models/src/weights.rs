@@ -108,7 +108,10 @@ impl<B: Backend> Model<B> {
             let n = |s: &str| format!("blk.{i}.{s}");
             let gemma = c.arch == Arch::Gemma3;
             let qwen = c.arch == Arch::Qwen2;
-            let req_if = |cond: bool, name: String, shape: &[u64]| -> Result<Option<B::Weight>, ModelError> {
+            let req_if = |cond: bool,
+                          name: String,
+                          shape: &[u64]|
+             -> Result<Option<B::Weight>, ModelError> {
                 if cond {
                     l.load(&name, shape).map(Some)
                 } else {

@@ -10,7 +10,10 @@ use lockstep_gguf::GgufFile;
 use lockstep_models::Model;
 
 pub fn fixtures() -> PathBuf {
-    let p = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"));
+    let p = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures"
+    ));
     assert!(
         p.is_dir(),
         "fixtures not found at {} (the project expects ../shared beside it)",
@@ -19,27 +22,12 @@ pub fn fixtures() -> PathBuf {
     p
 }
 
-pub fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("LOCKSTEP_MODELS_DIR") {
-        return PathBuf::from(d);
-    }
-    let home = std::env::var_os("HOME").expect("HOME is not set");
-    PathBuf::from(home).join(".cache/lockstep/models")
-}
-
+/// A real model by short name, fetched (and verified) first if it is not in the cache, so
+/// `cargo test` works on a fresh machine.
 pub fn model_path(name: &str) -> PathBuf {
-    let file = match name {
-        "smollm2" => "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "gemma3" => "gemma-3-270m-q4_k_m.gguf",
-        other => panic!("unknown model {other}"),
-    };
-    let p = models_dir().join(file);
-    assert!(
-        p.is_file(),
-        "model {} missing: run `lockstep fetch {name}` (or `cargo run --release -- fetch all`)",
-        p.display()
-    );
-    p
+    lockstep_fetch::resolve_model(name, None).unwrap_or_else(|e| {
+        panic!("model {name} is not available ({e}); run `lockstep fetch {name}`")
+    })
 }
 
 pub fn ref_engine(path: &std::path::Path, cfg: EngineConfig) -> Engine<RefBackend> {
@@ -50,7 +38,9 @@ pub fn ref_engine(path: &std::path::Path, cfg: EngineConfig) -> Engine<RefBacken
 }
 
 pub fn read_f32(st: &safetensors::SafeTensors<'_>, name: &str) -> Vec<f32> {
-    let t = st.tensor(name).unwrap_or_else(|e| panic!("tensor {name}: {e}"));
+    let t = st
+        .tensor(name)
+        .unwrap_or_else(|e| panic!("tensor {name}: {e}"));
     assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name} dtype");
     t.data()
         .chunks_exact(4)
