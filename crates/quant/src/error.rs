@@ -48,7 +48,7 @@ pub enum QuantError {
 /// Bytes that `n_elements` of `ty` take, after checking that they form whole blocks.
 pub(crate) fn expected_bytes(ty: GgmlType, n_elements: usize) -> Result<usize, QuantError> {
     let block_size = ty.block_size();
-    if n_elements % block_size != 0 {
+    if !n_elements.is_multiple_of(block_size) {
         return Err(QuantError::PartialBlock {
             ty,
             n_elements,
