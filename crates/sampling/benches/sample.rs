@@ -1,6 +1,5 @@
 //! Timing of one `sample` call on a 262144-entry vocabulary (Gemma 3 size).
-//! Ignored by default; run with
-//! `cargo test -p lockstep-sampling --test perf -- --ignored --nocapture`.
+//! A benchmark, not a test: `cargo bench -p lockstep-sampling --bench sample`.
 
 use std::time::Instant;
 
@@ -21,9 +20,7 @@ fn lm_like_logits(n: usize) -> Vec<f32> {
         .collect()
 }
 
-#[test]
-#[ignore]
-fn sample_262144_timings() {
+fn main() {
     let logits = lm_like_logits(262_144);
     let history: Vec<u32> = (0..4096).map(|i| (i * 61) % 262_144).collect();
     let configs: [(&str, SamplingParams); 5] = [
