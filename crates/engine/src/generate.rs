@@ -3,13 +3,15 @@
 
 use std::time::{Duration, Instant};
 
+use lockstep_graph::taps::Recorder;
 use lockstep_graph::{Backend, Taps};
 use lockstep_sampling::{
     FinishReason, ParamError, Sampler, SamplingError, SamplingParams, StopChecker,
 };
 use lockstep_tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
-use crate::{Engine, EngineError};
+use crate::monitor::{Monitor, MonitorConfig, MonitorWarning, WarningKind};
+use crate::{Engine, EngineError, SeqId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GenerateError {
@@ -21,6 +23,9 @@ pub enum GenerateError {
     Sampling(#[from] SamplingError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// A monitor found the run broken beyond continuing (non-finite logits).
+    #[error("generation stopped: {0}")]
+    Monitor(MonitorWarning),
 }
 
 #[derive(Clone, Debug)]
@@ -33,23 +38,71 @@ pub struct GenerateOutput {
     pub n_prompt: usize,
     pub prompt_time: Duration,
     pub gen_time: Duration,
+    /// What the generation monitors noticed (empty for a healthy run).
+    pub warnings: Vec<MonitorWarning>,
+}
+
+/// Options of [`generate_with`] beyond sampling.
+#[derive(Clone, Debug, Default)]
+pub struct GenerateOptions {
+    pub monitor: MonitorConfig,
+}
+
+/// One forward step of `seq`, with the watch-mode taps handed to the monitor.
+fn step<B: Backend>(
+    engine: &mut Engine<B>,
+    seq: SeqId,
+    tokens: &[u32],
+    monitor: &mut Monitor,
+    index: usize,
+) -> Result<Vec<f32>, EngineError> {
+    if monitor.config().enabled && monitor.config().watch {
+        let mut rec = Recorder::new();
+        rec.filter = Some(Box::new(Monitor::watch_filter));
+        let logits = engine.forward_one(seq, tokens, &mut Taps::new(&mut rec))?;
+        let n_kv = engine.seq_len(seq)?;
+        monitor.observe_taps(index, &rec, tokens.len(), n_kv);
+        Ok(logits)
+    } else {
+        engine.forward_one(seq, tokens, &mut Taps::none())
+    }
 }
 
 /// Generates a continuation of `prompt`, calling `on_text` with each newly complete piece of
-/// text. The sequence is freed afterwards.
+/// text. The sequence is freed afterwards. The default monitors run (see [`generate_with`]).
 pub fn generate<B: Backend>(
     engine: &mut Engine<B>,
     tokenizer: &Tokenizer,
     prompt: &[u32],
     params: &SamplingParams,
+    on_text: impl FnMut(&str),
+) -> Result<GenerateOutput, GenerateError> {
+    generate_with(
+        engine,
+        tokenizer,
+        prompt,
+        params,
+        &GenerateOptions::default(),
+        on_text,
+    )
+}
+
+/// [`generate`] with options: monitor settings (`watch` mode, thresholds, off).
+pub fn generate_with<B: Backend>(
+    engine: &mut Engine<B>,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    params: &SamplingParams,
+    opts: &GenerateOptions,
     mut on_text: impl FnMut(&str),
 ) -> Result<GenerateOutput, GenerateError> {
+    let mut monitor = Monitor::new(opts.monitor.clone());
     params.validate()?;
     let mut sampler = Sampler::new(params.clone())?;
     let seq = engine.new_sequence();
     let result = (|| {
         let t0 = Instant::now();
-        let mut logits = engine.forward_one(seq, prompt, &mut Taps::none())?;
+        let mut logits = step(engine, seq, prompt, &mut monitor, 0)?;
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
         let mut history: Vec<u32> = prompt.to_vec();
@@ -58,7 +111,24 @@ pub fn generate<B: Backend>(
         let mut decoder = StreamDecoder::new(false);
         let mut stops = StopChecker::new(params.stop.iter().cloned());
         let finish = loop {
-            let id = sampler.sample(&logits, &history)?;
+            monitor.observe_logits(ids.len(), &logits);
+            let id = match sampler.sample(&logits, &history) {
+                Ok(id) => id,
+                Err(e) => {
+                    let step = ids.len();
+                    return Err(
+                        match monitor
+                            .warnings
+                            .iter()
+                            .find(|w| w.kind == WarningKind::NonFinite && w.step == step)
+                        {
+                            Some(w) => GenerateError::Monitor(w.clone()),
+                            None => e.into(),
+                        },
+                    );
+                }
+            };
+            monitor.observe_token(ids.len(), id, tokenizer);
             ids.push(id);
             history.push(id);
             if tokenizer.is_eog(id) && !params.ignore_eos {
@@ -76,7 +146,7 @@ pub fn generate<B: Backend>(
             if params.length_reached(ids.len()) || engine.seq_len(seq)? + 1 > engine.n_ctx() {
                 break FinishReason::Length;
             }
-            logits = engine.forward_one(seq, &[id], &mut Taps::none())?;
+            logits = step(engine, seq, &[id], &mut monitor, ids.len())?;
         };
         if finish != FinishReason::StopString {
             let rest = decoder.finish();
@@ -97,6 +167,7 @@ pub fn generate<B: Backend>(
             n_prompt: prompt.len(),
             prompt_time,
             gen_time: t1.elapsed(),
+            warnings: std::mem::take(&mut monitor.warnings),
         })
     })();
     engine.free_sequence(seq);

@@ -7,15 +7,17 @@
 
 mod generate;
 mod kv;
+pub mod monitor;
 
 use std::collections::BTreeMap;
 
 use lockstep_graph::{Backend, Batch, BatchSeq, HostTensor, KvLayout, Taps};
 use lockstep_models::{forward, Model, ModelError};
 
-pub use generate::{generate, GenerateError, GenerateOutput};
+pub use generate::{generate, generate_with, GenerateError, GenerateOptions, GenerateOutput};
 pub use kv::BlockAllocator;
 pub use lockstep_sampling::{FinishReason, SamplingParams};
+pub use monitor::{MonitorConfig, MonitorWarning, WarningKind};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

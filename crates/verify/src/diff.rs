@@ -1,0 +1,447 @@
+//! Comparing two runs tap by tap, and naming the first op that diverges.
+//!
+//! The rule: walk the steps in order (prefill, then decode steps) and, within a step, the taps
+//! in execution order; the first tap whose error exceeds its tolerance is where the two
+//! backends part. Everything before it agreed, so the taps it consumes agreed too; the verdict
+//! prints them with their errors as evidence.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::metrics::{argmax, compare, kl_divergence, Metrics};
+use crate::run::{AnyEngine, RunSpec, Stepper};
+use crate::taps::{cmp_taps, explain, inputs_of};
+use crate::tolerance::{kind_of, tolerance, Profile, Tolerance};
+use crate::trace::{StepTrace, Trace};
+use crate::VerifyError;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TapDiff {
+    pub name: String,
+    pub kind: &'static str,
+    pub shape_a: Vec<usize>,
+    pub shape_b: Vec<usize>,
+    pub metrics: Metrics,
+    pub tolerance: Tolerance,
+    pub pass: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PositionStat {
+    pub step: usize,
+    pub position: u32,
+    pub kl: f64,
+    pub top1_a: u32,
+    pub top1_b: u32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StepDiff {
+    pub step: usize,
+    pub kind: &'static str,
+    pub tokens: Vec<u32>,
+    pub taps: Vec<TapDiff>,
+    /// Taps only one side recorded.
+    pub only_a: Vec<String>,
+    pub only_b: Vec<String>,
+    /// The two sides were fed different tokens (only possible when diffing two files).
+    pub tokens_differ: bool,
+}
+
+impl StepDiff {
+    pub fn n_fail(&self) -> usize {
+        self.taps.iter().filter(|t| !t.pass).count()
+    }
+
+    pub fn worst(&self) -> Option<&TapDiff> {
+        self.taps.iter().max_by(|a, b| {
+            let key = |t: &TapDiff| {
+                if t.metrics.nmse.is_nan() {
+                    f64::INFINITY
+                } else {
+                    t.metrics.nmse
+                }
+            };
+            key(a).total_cmp(&key(b))
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    pub step: usize,
+    pub step_kind: &'static str,
+    pub tap: String,
+    pub metrics: Metrics,
+    pub tolerance: Tolerance,
+    /// The taps `tap` consumes, with their errors in the same step.
+    pub inputs: Vec<(String, Option<Metrics>, bool)>,
+    pub explanation: String,
+}
+
+impl Verdict {
+    pub fn sentence(&self) -> String {
+        let step = if self.step == 0 {
+            "prefill (step 0)".to_string()
+        } else {
+            format!("decode step {}", self.step)
+        };
+        let mut s = format!(
+            "{step}: {} diverges (NMSE {}, max|d| {}, cos {:.4}; tolerance {})",
+            self.tap,
+            fmt_e(self.metrics.nmse),
+            fmt_e(self.metrics.max_abs),
+            self.metrics.cosine,
+            fmt_tol(&self.tolerance)
+        );
+        if self.inputs.is_empty() {
+            s.push_str(" and it has no tap inputs (it reads the token ids, which are identical)");
+        } else {
+            let parts: Vec<String> = self
+                .inputs
+                .iter()
+                .map(|(n, m, pass)| match m {
+                    Some(m) => format!(
+                        "{n} {} (NMSE {})",
+                        if *pass { "agrees" } else { "DIFFERS" },
+                        fmt_e(m.nmse)
+                    ),
+                    None => format!("{n} (not compared)"),
+                })
+                .collect();
+            let _ = write!(s, " while {}", parts.join(" and "));
+        }
+        let _ = write!(s, ": {}", self.explanation);
+        s
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiffReport {
+    pub backend_a: String,
+    pub backend_b: String,
+    pub profile: Profile,
+    pub steps: Vec<StepDiff>,
+    pub positions: Vec<PositionStat>,
+    pub verdict: Option<Verdict>,
+    /// Seconds spent comparing (beyond running the backends).
+    pub compare_seconds: f64,
+}
+
+impl DiffReport {
+    pub fn agree(&self) -> bool {
+        self.verdict.is_none()
+    }
+}
+
+/// Accumulates step comparisons.
+pub struct Comparer {
+    profile: Profile,
+    steps: Vec<StepDiff>,
+    positions: Vec<PositionStat>,
+    verdict: Option<Verdict>,
+    seconds: f64,
+}
+
+impl Comparer {
+    pub fn new(profile: Profile) -> Comparer {
+        Comparer {
+            profile,
+            steps: Vec::new(),
+            positions: Vec::new(),
+            verdict: None,
+            seconds: 0.0,
+        }
+    }
+
+    pub fn add_step(&mut self, a: &StepTrace, b: &StepTrace) {
+        let t0 = std::time::Instant::now();
+        let mut names: Vec<&str> = a.taps.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_by(|x, y| cmp_taps(x, y));
+        let mut taps = Vec::with_capacity(names.len());
+        let mut only_a = Vec::new();
+        for name in names {
+            let Some(ta) = a.get(name) else { continue };
+            let Some(tb) = b.get(name) else {
+                only_a.push(name.to_string());
+                continue;
+            };
+            let metrics = if ta.shape == tb.shape {
+                compare(&ta.data, &tb.data)
+            } else {
+                Metrics::broken(ta.data.len())
+            };
+            let tol = tolerance(self.profile, name);
+            taps.push(TapDiff {
+                name: name.to_string(),
+                kind: kind_of(name),
+                shape_a: ta.shape.clone(),
+                shape_b: tb.shape.clone(),
+                pass: tol.passes(&metrics),
+                metrics,
+                tolerance: tol,
+            });
+        }
+        let only_b: Vec<String> = b
+            .taps
+            .iter()
+            .filter(|(n, _)| a.get(n).is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+
+        // Final logits: KL and top-1 per position.
+        if let (Some(la), Some(lb)) = (a.logits(), b.logits()) {
+            if la.shape == lb.shape {
+                let rows = la.rows();
+                // Rows are the last `rows` positions of the step.
+                let first = a.positions.len().saturating_sub(rows);
+                for r in 0..rows {
+                    let pos = a.positions.get(first + r).copied().unwrap_or(r as u32);
+                    self.positions.push(PositionStat {
+                        step: a.step,
+                        position: pos,
+                        kl: kl_divergence(la.row(r), lb.row(r)),
+                        top1_a: argmax(la.row(r)),
+                        top1_b: argmax(lb.row(r)),
+                    });
+                }
+            }
+        }
+
+        let sd = StepDiff {
+            step: a.step,
+            kind: a.kind(),
+            tokens: a.tokens.clone(),
+            tokens_differ: a.tokens != b.tokens,
+            taps,
+            only_a,
+            only_b,
+        };
+        if self.verdict.is_none() {
+            if let Some(first) = sd.taps.iter().find(|t| !t.pass) {
+                let present = |n: &str| sd.taps.iter().any(|t| t.name == n);
+                let inputs = inputs_of(&first.name, &present)
+                    .into_iter()
+                    .map(|n| {
+                        let t = sd.taps.iter().find(|t| t.name == n);
+                        (n, t.map(|t| t.metrics), t.is_some_and(|t| t.pass))
+                    })
+                    .collect();
+                self.verdict = Some(Verdict {
+                    step: sd.step,
+                    step_kind: sd.kind,
+                    tap: first.name.clone(),
+                    metrics: first.metrics,
+                    tolerance: first.tolerance,
+                    inputs,
+                    explanation: explain(&first.name),
+                });
+            }
+        }
+        self.steps.push(sd);
+        self.seconds += t0.elapsed().as_secs_f64();
+    }
+
+    pub fn finish(self, backend_a: String, backend_b: String) -> DiffReport {
+        DiffReport {
+            backend_a,
+            backend_b,
+            profile: self.profile,
+            steps: self.steps,
+            positions: self.positions,
+            verdict: self.verdict,
+            compare_seconds: self.seconds,
+        }
+    }
+}
+
+/// Compares two saved traces step by step (matched by step number).
+pub fn diff_traces(a: &Trace, b: &Trace, profile: Profile) -> DiffReport {
+    let mut c = Comparer::new(profile);
+    for sa in &a.steps {
+        if let Some(sb) = b.steps.iter().find(|s| s.step == sa.step) {
+            c.add_step(sa, sb);
+        }
+    }
+    c.finish(a.meta.backend.clone(), b.meta.backend.clone())
+}
+
+/// Runs `b` against a recorded trace of `a`, teacher-forcing `b` with the trace's tokens, one
+/// step at a time (nothing of `b` is kept beyond the step being compared).
+pub fn diff_engine_vs_trace(
+    a: &Trace,
+    b: &mut dyn AnyEngine,
+    spec: &RunSpec,
+    profile: Profile,
+) -> Result<DiffReport, VerifyError> {
+    let name_b = b.backend_name();
+    let mut spec = spec.clone();
+    spec.prompt = a
+        .steps
+        .first()
+        .map(|s| s.tokens.clone())
+        .unwrap_or_default();
+    spec.decode = a.steps.len().saturating_sub(1);
+    let mut sb = Stepper::new(b, spec)?;
+    let mut c = Comparer::new(profile);
+    for sa in &a.steps {
+        let Some(tb) = sb.step(Some(sa.tokens.clone()))? else {
+            break;
+        };
+        c.add_step(sa, &tb);
+    }
+    Ok(c.finish(a.meta.backend.clone(), name_b))
+}
+
+/// Runs both engines in lockstep: prefill, then `spec.decode` steps in which both are fed
+/// A's next token (greedy from A's logits, or `spec.force`). Only one step of taps is held
+/// at a time.
+pub fn diff_engines(
+    a: &mut dyn AnyEngine,
+    b: &mut dyn AnyEngine,
+    spec: &RunSpec,
+    profile: Profile,
+) -> Result<DiffReport, VerifyError> {
+    let (name_a, name_b) = (a.backend_name(), b.backend_name());
+    let mut sa = Stepper::new(a, spec.clone())?;
+    let mut sb = Stepper::new(b, spec.clone())?;
+    let mut c = Comparer::new(profile);
+    while let Some(ta) = sa.step(None)? {
+        let Some(tb) = sb.step(Some(ta.tokens.clone()))? else {
+            break;
+        };
+        c.add_step(&ta, &tb);
+    }
+    Ok(c.finish(name_a, name_b))
+}
+
+pub fn fmt_e(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_string()
+    } else if x.is_infinite() {
+        "inf".to_string()
+    } else if x.is_nan() {
+        "nan".to_string()
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+fn fmt_tol(t: &Tolerance) -> String {
+    if t.nmse == 0.0 {
+        "bitwise".to_string()
+    } else {
+        format!("NMSE {}", fmt_e(t.nmse))
+    }
+}
+
+/// The human-readable report: a table of steps, the taps around the divergence, logits
+/// agreement, and the verdict.
+pub fn render(r: &DiffReport, verbose: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "lockstep diff: A = {}, B = {}, tolerance profile `{}`",
+        r.backend_a,
+        r.backend_b,
+        r.profile.name()
+    );
+    let _ = writeln!(
+        s,
+        "{:<5} {:<8} {:>6} {:>5} {:>5}  {:<28} {:>9}  {:>9} {:>5}",
+        "step", "kind", "tokens", "taps", "fail", "worst tap", "NMSE", "KL(A||B)", "top1"
+    );
+    for st in &r.steps {
+        let pos: Vec<&PositionStat> = r.positions.iter().filter(|p| p.step == st.step).collect();
+        let kl = pos.iter().map(|p| p.kl).fold(0.0, f64::max);
+        let agree = pos.iter().filter(|p| p.top1_a == p.top1_b).count();
+        let (wname, wn) = match st.worst() {
+            Some(w) if w.metrics.n_diff > 0 => (w.name.clone(), fmt_e(w.metrics.nmse)),
+            _ => ("-".to_string(), "0".to_string()),
+        };
+        let _ = writeln!(
+            s,
+            "{:<5} {:<8} {:>6} {:>5} {:>5}  {:<28} {:>9}  {:>9} {:>2}/{:<2}{}",
+            st.step,
+            st.kind,
+            st.tokens.len(),
+            st.taps.len(),
+            st.n_fail(),
+            wname,
+            wn,
+            fmt_e(kl),
+            agree,
+            pos.len(),
+            if st.tokens_differ {
+                "  (tokens differ!)"
+            } else {
+                ""
+            }
+        );
+    }
+    let only_a: usize = r.steps.iter().map(|s| s.only_a.len()).sum();
+    let only_b: usize = r.steps.iter().map(|s| s.only_b.len()).sum();
+    if only_a + only_b > 0 {
+        let example = r
+            .steps
+            .iter()
+            .flat_map(|s| s.only_a.iter().chain(&s.only_b))
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(
+            s,
+            "not compared: {only_a} taps only in A, {only_b} only in B (e.g. {example})"
+        );
+    }
+    let n = r.positions.len();
+    if n > 0 {
+        let mean_kl = r.positions.iter().map(|p| p.kl).sum::<f64>() / n as f64;
+        let max_kl = r.positions.iter().map(|p| p.kl).fold(0.0, f64::max);
+        let top1 = r.positions.iter().filter(|p| p.top1_a == p.top1_b).count();
+        let _ = writeln!(
+            s,
+            "final logits over {n} positions: KL(A||B) mean {} max {}, top-1 agreement {top1}/{n} ({:.1}%)",
+            fmt_e(mean_kl),
+            fmt_e(max_kl),
+            100.0 * top1 as f64 / n as f64
+        );
+    }
+    if let Some(v) = &r.verdict {
+        if let Some(st) = r.steps.iter().find(|s| s.step == v.step) {
+            let idx = st.taps.iter().position(|t| t.name == v.tap).unwrap_or(0);
+            let lo = idx.saturating_sub(if verbose { st.taps.len() } else { 4 });
+            let hi = (idx + if verbose { st.taps.len() } else { 4 }).min(st.taps.len());
+            let _ = writeln!(s, "taps around the divergence (step {}):", v.step);
+            let _ = writeln!(
+                s,
+                "  {:<24} {:<10} {:>10} {:>10} {:>8} {:>10}  status",
+                "tap", "kind", "NMSE", "max|d|", "cos", "tol"
+            );
+            for t in &st.taps[lo..hi] {
+                let _ = writeln!(
+                    s,
+                    "  {:<24} {:<10} {:>10} {:>10} {:>8.5} {:>10}  {}",
+                    t.name,
+                    t.kind,
+                    fmt_e(t.metrics.nmse),
+                    fmt_e(t.metrics.max_abs),
+                    t.metrics.cosine,
+                    fmt_tol(&t.tolerance),
+                    if t.pass { "ok" } else { "FAIL" }
+                );
+            }
+        }
+        let _ = writeln!(s, "verdict: DIVERGE. {}", v.sentence());
+    } else {
+        let taps: usize = r.steps.iter().map(|s| s.taps.len()).sum();
+        let _ = writeln!(
+            s,
+            "verdict: AGREE. {taps} taps over {} steps within tolerance",
+            r.steps.len()
+        );
+    }
+    s
+}

@@ -1,0 +1,262 @@
+//! Traces: the taps of a run, step by step, saved as safetensors.
+//!
+//! File layout: tensor `s{step}/{tap}` (f32, the tap's shape) for every recorded tap, e.g.
+//! `s0/blk.3.k_read` (prefill) or `s2/result_output` (second decode step). The safetensors
+//! `__metadata__` holds `lockstep.trace` (format version), `model`, `model_sha256`,
+//! `backend`, `filter` and `steps`: a JSON list of `{step, tokens, positions}`. Other
+//! engines write the same layout (`tools/hf_trace.py`).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use lockstep_graph::HostTensor;
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
+
+use crate::taps::cmp_taps;
+use crate::VerifyError;
+
+pub const TRACE_FORMAT: &str = "1";
+
+/// sha256 of a file (lowercase hex), streamed, silently.
+pub fn sha256_file(path: &Path) -> Result<String, VerifyError> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let io = |e| VerifyError::Io(path.display().to_string(), e);
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TraceMeta {
+    /// File name of the model.
+    pub model: String,
+    pub model_sha256: String,
+    /// Backend that produced the trace (`ref`, `faulty[kv-wrong-layer]`, `hf-transformers`).
+    pub backend: String,
+    /// The tap filter the run used (empty = everything).
+    pub filter: String,
+}
+
+/// One forward step: its input tokens, their positions, and the recorded taps in execution
+/// order.
+#[derive(Clone, Debug, Default)]
+pub struct StepTrace {
+    pub step: usize,
+    pub tokens: Vec<u32>,
+    pub positions: Vec<u32>,
+    pub taps: Vec<(String, HostTensor)>,
+}
+
+impl StepTrace {
+    pub fn get(&self, name: &str) -> Option<&HostTensor> {
+        self.taps.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+
+    /// The logits this step produced (`result_output`), if recorded.
+    pub fn logits(&self) -> Option<&HostTensor> {
+        self.get("result_output")
+    }
+
+    pub fn kind(&self) -> &'static str {
+        if self.step == 0 {
+            "prefill"
+        } else {
+            "decode"
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    pub meta: TraceMeta,
+    pub steps: Vec<StepTrace>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StepMeta {
+    step: usize,
+    tokens: Vec<u32>,
+    positions: Vec<u32>,
+}
+
+fn key(step: usize, name: &str) -> String {
+    format!("s{step}/{name}")
+}
+
+impl Trace {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, VerifyError> {
+        let mut md = HashMap::new();
+        md.insert("lockstep.trace".to_string(), TRACE_FORMAT.to_string());
+        md.insert("model".to_string(), self.meta.model.clone());
+        md.insert("model_sha256".to_string(), self.meta.model_sha256.clone());
+        md.insert("backend".to_string(), self.meta.backend.clone());
+        md.insert("filter".to_string(), self.meta.filter.clone());
+        let steps: Vec<StepMeta> = self
+            .steps
+            .iter()
+            .map(|s| StepMeta {
+                step: s.step,
+                tokens: s.tokens.clone(),
+                positions: s.positions.clone(),
+            })
+            .collect();
+        md.insert(
+            "steps".to_string(),
+            serde_json::to_string(&steps).map_err(|e| VerifyError::Trace(e.to_string()))?,
+        );
+        let mut bytes: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        for s in &self.steps {
+            for (name, t) in &s.taps {
+                let b: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
+                bytes.push((key(s.step, name), t.shape.clone(), b));
+            }
+        }
+        let mut views = Vec::with_capacity(bytes.len());
+        for (k, shape, b) in &bytes {
+            let v = TensorView::new(Dtype::F32, shape.clone(), b)
+                .map_err(|e| VerifyError::Trace(format!("{k}: {e}")))?;
+            views.push((k.clone(), v));
+        }
+        safetensors::serialize(views, &Some(md)).map_err(|e| VerifyError::Trace(e.to_string()))
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), VerifyError> {
+        let bytes = self.to_bytes()?;
+        std::fs::write(path, bytes).map_err(|e| VerifyError::Io(path.display().to_string(), e))
+    }
+
+    pub fn load(path: &Path) -> Result<Trace, VerifyError> {
+        let bytes =
+            std::fs::read(path).map_err(|e| VerifyError::Io(path.display().to_string(), e))?;
+        Trace::from_bytes(&bytes).map_err(|e| match e {
+            VerifyError::Trace(m) => VerifyError::Trace(format!("{}: {m}", path.display())),
+            other => other,
+        })
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Trace, VerifyError> {
+        let bad = |m: String| VerifyError::Trace(m);
+        let (_, header) =
+            SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("not safetensors: {e}")))?;
+        let md = header.metadata().clone().unwrap_or_default();
+        let get = |k: &str| md.get(k).cloned().unwrap_or_default();
+        if !md.contains_key("lockstep.trace") {
+            return Err(bad("no `lockstep.trace` metadata: not a trace file".into()));
+        }
+        let meta = TraceMeta {
+            model: get("model"),
+            model_sha256: get("model_sha256"),
+            backend: get("backend"),
+            filter: get("filter"),
+        };
+        let step_meta: Vec<StepMeta> = serde_json::from_str(&get("steps"))
+            .map_err(|e| bad(format!("metadata `steps`: {e}")))?;
+        let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
+        let mut steps: Vec<StepTrace> = step_meta
+            .into_iter()
+            .map(|s| StepTrace {
+                step: s.step,
+                tokens: s.tokens,
+                positions: s.positions,
+                taps: Vec::new(),
+            })
+            .collect();
+        for (name, view) in st.tensors() {
+            let Some((sp, tap)) = name.split_once('/') else {
+                return Err(bad(format!("tensor `{name}` is not named s<step>/<tap>")));
+            };
+            let step: usize = sp
+                .strip_prefix('s')
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| bad(format!("tensor `{name}`: bad step `{sp}`")))?;
+            let data: Vec<f32> = match view.dtype() {
+                Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                other => return Err(bad(format!("tensor `{name}` is {other:?}, expected F32"))),
+            };
+            let shape = view.shape().to_vec();
+            if shape.iter().product::<usize>() != data.len() {
+                return Err(bad(format!(
+                    "tensor `{name}`: shape {shape:?} vs {} values",
+                    data.len()
+                )));
+            }
+            let Some(s) = steps.iter_mut().find(|s| s.step == step) else {
+                return Err(bad(format!(
+                    "tensor `{name}`: step {step} is not in `steps`"
+                )));
+            };
+            s.taps.push((tap.to_string(), HostTensor::new(shape, data)));
+        }
+        steps.sort_by_key(|s| s.step);
+        for s in &mut steps {
+            s.taps.sort_by(|a, b| cmp_taps(&a.0, &b.0));
+        }
+        Ok(Trace { meta, steps })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let t = Trace {
+            meta: TraceMeta {
+                model: "m.gguf".into(),
+                model_sha256: "ab".into(),
+                backend: "ref".into(),
+                filter: "".into(),
+            },
+            steps: vec![
+                StepTrace {
+                    step: 0,
+                    tokens: vec![1, 2],
+                    positions: vec![0, 1],
+                    taps: vec![
+                        (
+                            "inp_embd".into(),
+                            HostTensor::matrix(2, 2, vec![1.0, 2.0, 3.0, 4.0]),
+                        ),
+                        (
+                            "blk.0.kq".into(),
+                            HostTensor::new(vec![2], vec![f32::NEG_INFINITY, 0.5]),
+                        ),
+                    ],
+                },
+                StepTrace {
+                    step: 1,
+                    tokens: vec![3],
+                    positions: vec![2],
+                    taps: vec![(
+                        "result_output".into(),
+                        HostTensor::matrix(1, 3, vec![0.0, 1.0, 2.0]),
+                    )],
+                },
+            ],
+        };
+        let back = Trace::from_bytes(&t.to_bytes().expect("bytes")).expect("parse");
+        assert_eq!(back.meta, t.meta);
+        assert_eq!(back.steps.len(), 2);
+        assert_eq!(back.steps[0].tokens, vec![1, 2]);
+        assert_eq!(back.steps[0].taps[0].0, "inp_embd");
+        assert_eq!(back.steps[0].get("blk.0.kq"), t.steps[0].get("blk.0.kq"));
+        assert_eq!(back.steps[1].logits(), t.steps[1].logits());
+        assert!(Trace::from_bytes(b"garbage").is_err());
+    }
+}
