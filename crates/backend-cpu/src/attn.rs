@@ -1,0 +1,335 @@
+//! Blocked attention: one task takes a few query rows of one sequence and the query heads that
+//! share one KV head, so each cached K and V row is loaded (and converted from f16) once for all
+//! of them. A query reads only the keys it can see: positions up to its own, cut to the sliding
+//! window; scores are kept for those keys only.
+//!
+//! Per query the arithmetic is exactly that of `CpuBackend::attend_one` (which the taps path
+//! uses): eight-lane fused dot products with the fixed reduction, `exp(s - max)`, a sequential
+//! sum, and fused `acc += e * v` over keys in ascending order. So the blocking, the task split
+//! and the thread count never change a bit.
+
+use lockstep_graph::{AttentionParams, BatchSeq};
+
+use crate::dot::{hsum_lanes, Out};
+use crate::vmath;
+use crate::{CpuKvCache, Isa, KvStore};
+
+/// Per-thread buffers.
+#[derive(Default)]
+pub struct AttnScratch {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    scores: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+/// The work of one task.
+pub struct Block<'a> {
+    pub seq: &'a BatchSeq,
+    /// Rows `i0..i1` of the sequence's new tokens.
+    pub i0: usize,
+    pub i1: usize,
+    /// Query heads `h0..h1`, all of KV head `kh`.
+    pub h0: usize,
+    pub h1: usize,
+    pub kh: usize,
+}
+
+/// Computes the block's outputs into `out` (`[rows of the batch, n_heads * head_dim]`).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_block(
+    isa: Isa,
+    cache: &CpuKvCache,
+    layer: usize,
+    q: &[f32],
+    q_dim: usize,
+    p: &AttentionParams,
+    b: &Block<'_>,
+    s: &mut AttnScratch,
+    out: Out,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` implies AVX2, FMA and F16C.
+        Isa::Avx2 => unsafe { attend_block_avx2(cache, layer, q, q_dim, p, b, s, out) },
+        _ => attend_block_generic::<false>(cache, layer, q, q_dim, p, b, s, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_block_avx2(
+    cache: &CpuKvCache,
+    layer: usize,
+    q: &[f32],
+    q_dim: usize,
+    p: &AttentionParams,
+    b: &Block<'_>,
+    s: &mut AttnScratch,
+    out: Out,
+) {
+    attend_block_generic::<true>(cache, layer, q, q_dim, p, b, s, out)
+}
+
+/// The visible key range `lo..hi` of the query at position `pos`.
+#[inline(always)]
+pub fn key_range(pos: u32, n_kv: usize, window: Option<u32>) -> (usize, usize) {
+    let hi = (pos as usize + 1).min(n_kv);
+    let lo = match window {
+        Some(w) => (pos as usize + 1).saturating_sub(w as usize).min(hi),
+        None => 0,
+    };
+    (lo, hi)
+}
+
+#[inline(always)]
+fn load_row<const AVX: bool>(store: &KvStore, o: usize, dst: &mut [f32]) {
+    match store {
+        KvStore::F16(v) => {
+            let src = &v[o..o + dst.len()];
+            #[cfg(target_arch = "x86_64")]
+            if AVX {
+                // SAFETY: only instantiated inside `attend_block_avx2` (AVX2 + F16C); lengths equal.
+                unsafe { f16_to_f32_avx(src, dst) };
+                return;
+            }
+            for (d, &h) in dst.iter_mut().zip(src) {
+                *d = lockstep_quant::fp16_to_f32(h);
+            }
+        }
+        KvStore::F32(v) => dst.copy_from_slice(&v[o..o + dst.len()]),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn f16_to_f32_avx(src: &[u16], dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let n8 = dst.len().min(src.len()) / 8 * 8;
+    let mut i = 0;
+    while i < n8 {
+        let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        i += 8;
+    }
+    for j in n8..dst.len().min(src.len()) {
+        dst[j] = lockstep_quant::fp16_to_f32(src[j]);
+    }
+}
+
+/// Eight-lane fused dot product with the fixed reduction (`hd` a multiple of 8).
+#[inline(always)]
+fn dot<const AVX: bool>(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        use std::arch::x86_64::*;
+        // SAFETY: only instantiated inside `attend_block_avx2` (AVX2 + FMA); reads stay within
+        // the shorter slice.
+        unsafe {
+            let n8 = a.len().min(b.len()) / 8 * 8;
+            let mut acc = _mm256_setzero_ps();
+            let mut i = 0;
+            while i < n8 {
+                acc = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(a.as_ptr().add(i)),
+                    _mm256_loadu_ps(b.as_ptr().add(i)),
+                    acc,
+                );
+                i += 8;
+            }
+            return crate::dot::avx2::hsum(acc);
+        }
+    }
+    let mut acc = [0f32; 8];
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for l in 0..8 {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    hsum_lanes(&acc)
+}
+
+/// Four dot products against one `b`, each bitwise equal to `dot(a_i, b)` (independent
+/// accumulators, interleaved for throughput).
+#[inline(always)]
+fn dot4<const AVX: bool>(a: [&[f32]; 4], b: &[f32]) -> [f32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        use std::arch::x86_64::*;
+        // SAFETY: only instantiated inside `attend_block_avx2` (AVX2 + FMA); reads stay within
+        // the shortest slice.
+        unsafe {
+            let n = a.iter().map(|x| x.len()).min().unwrap_or(0).min(b.len());
+            let n8 = n / 8 * 8;
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < n8 {
+                let bv = _mm256_loadu_ps(b.as_ptr().add(i));
+                for q in 0..4 {
+                    acc[q] = _mm256_fmadd_ps(_mm256_loadu_ps(a[q].as_ptr().add(i)), bv, acc[q]);
+                }
+                i += 8;
+            }
+            return [
+                crate::dot::avx2::hsum(acc[0]),
+                crate::dot::avx2::hsum(acc[1]),
+                crate::dot::avx2::hsum(acc[2]),
+                crate::dot::avx2::hsum(acc[3]),
+            ];
+        }
+    }
+    [
+        dot::<AVX>(a[0], b),
+        dot::<AVX>(a[1], b),
+        dot::<AVX>(a[2], b),
+        dot::<AVX>(a[3], b),
+    ]
+}
+
+/// `acc[i] = e * v[i] + acc[i]`, fused.
+#[inline(always)]
+fn axpy<const AVX: bool>(e: f32, v: &[f32], acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if AVX {
+        use std::arch::x86_64::*;
+        // SAFETY: only instantiated inside `attend_block_avx2` (AVX2 + FMA); bounds as above.
+        unsafe {
+            let n8 = acc.len().min(v.len()) / 8 * 8;
+            let ev = _mm256_set1_ps(e);
+            let mut i = 0;
+            while i < n8 {
+                let p = acc.as_mut_ptr().add(i);
+                _mm256_storeu_ps(
+                    p,
+                    _mm256_fmadd_ps(ev, _mm256_loadu_ps(v.as_ptr().add(i)), _mm256_loadu_ps(p)),
+                );
+                i += 8;
+            }
+            return;
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(v) {
+        *a = e.mul_add(x, *a);
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_block_generic<const AVX: bool>(
+    cache: &CpuKvCache,
+    layer: usize,
+    q: &[f32],
+    q_dim: usize,
+    p: &AttentionParams,
+    b: &Block<'_>,
+    s: &mut AttnScratch,
+    out: Out,
+) {
+    let isa = if AVX { Isa::Avx2 } else { Isa::Portable };
+    let hd = p.head_dim;
+    let seq = b.seq;
+    let n_kv = seq.kv_slots.len();
+    let nh = b.h1 - b.h0;
+    let nq = (b.i1 - b.i0) * nh;
+    // Query vector qi = (row i0 + qi / nh, head h0 + qi % nh).
+    let ranges: Vec<(usize, usize)> = (b.i0..b.i1)
+        .flat_map(|i| {
+            let r = key_range(seq.first_pos + i as u32, n_kv, p.window);
+            std::iter::repeat_n(r, nh)
+        })
+        .collect();
+    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let span = hi.saturating_sub(lo);
+    let AttnScratch { k, v, scores, acc } = s;
+    k.resize(hd, 0.0);
+    v.resize(hd, 0.0);
+    scores.clear();
+    scores.resize(nq * span, f32::NEG_INFINITY);
+    acc.clear();
+    acc.resize(nq * hd, 0.0);
+    let visible = |qi: usize, j: usize| -> bool {
+        let (a, z) = ranges[qi];
+        if j < a || j >= z {
+            return false;
+        }
+        match &seq.mask {
+            Some(m) => m[(b.i0 + qi / nh) * n_kv + j],
+            None => true,
+        }
+    };
+    let qrows: Vec<&[f32]> = (0..nq)
+        .map(|qi| {
+            let row = seq.first_row + b.i0 + qi / nh;
+            let h = b.h0 + qi % nh;
+            &q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd]
+        })
+        .collect();
+    // Scores.
+    let mut vis = Vec::with_capacity(nq);
+    for j in lo..hi {
+        let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
+        load_row::<AVX>(&cache.k, o, k);
+        vis.clear();
+        vis.extend((0..nq).filter(|&qi| visible(qi, j)));
+        let mut g = vis.chunks_exact(4);
+        for c in &mut g {
+            let d = dot4::<AVX>([qrows[c[0]], qrows[c[1]], qrows[c[2]], qrows[c[3]]], k);
+            for (&qi, dv) in c.iter().zip(d) {
+                scores[qi * span + (j - lo)] = dv * p.scale;
+            }
+        }
+        for &qi in g.remainder() {
+            scores[qi * span + (j - lo)] = dot::<AVX>(qrows[qi], k) * p.scale;
+        }
+    }
+    // Softmax numerators and sums, per query over its own range.
+    let mut sums = vec![0f32; nq];
+    let mut any = vec![false; nq];
+    for qi in 0..nq {
+        let (a, z) = ranges[qi];
+        if a >= z {
+            continue;
+        }
+        let sc = &mut scores[qi * span + (a - lo)..qi * span + (z - lo)];
+        let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            continue;
+        }
+        any[qi] = true;
+        vmath::exp_shifted(isa, sc, max);
+        let mut sum = 0f32;
+        for &e in sc.iter() {
+            sum += e;
+        }
+        sums[qi] = sum;
+    }
+    // Weighted values.
+    for j in lo..hi {
+        if !(0..nq).any(|qi| any[qi] && visible(qi, j)) {
+            continue;
+        }
+        let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
+        load_row::<AVX>(&cache.v, o, v);
+        for qi in 0..nq {
+            let (a, z) = ranges[qi];
+            if !any[qi] || j < a || j >= z {
+                continue;
+            }
+            let e = scores[qi * span + (j - lo)];
+            if e != 0.0 {
+                axpy::<AVX>(e, v, &mut acc[qi * hd..(qi + 1) * hd]);
+            }
+        }
+    }
+    for qi in 0..nq {
+        let row = seq.first_row + b.i0 + qi / nh;
+        let h = b.h0 + qi % nh;
+        let inv = 1.0 / sums[qi];
+        for d in 0..hd {
+            let val = if any[qi] { acc[qi * hd + d] * inv } else { 0.0 };
+            out.put(row, h * hd + d, val);
+        }
+    }
+}

@@ -1,0 +1,978 @@
+//! The fast CPU backend.
+//!
+//! Weights stay in their GGUF format (a copy of the quantized bytes; no f32 copy of any
+//! matrix). A matmul quantizes each activation row once to 8-bit blocks (see `act`), decodes a
+//! few weight rows at a time into an int8 layout shared by every quant type (see `decode`) and
+//! runs AVX2 int8 dot products over them (see `dot`), with a portable build of every kernel for
+//! CPUs without AVX2. The KV cache is f16 by default (f32 on request); attention reads only
+//! the keys a query can see (the causal range, cut to the sliding window).
+//!
+//! Determinism: every output element is computed by one fixed sequence of operations that
+//! does not depend on the batch's other rows, on tiling, or on the thread count, so this
+//! backend is batch-invariant and thread-count-invariant bit for bit, like the reference.
+
+// Kernels index several arrays by the same lane / tile index, and take many plain arguments.
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
+mod act;
+mod attn;
+mod decode;
+mod dot;
+mod pool;
+mod unpack;
+mod vmath;
+
+use std::sync::{Mutex, OnceLock};
+
+use lockstep_graph::{
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
+    RopeStyle, Taps, WeightView,
+};
+use lockstep_quant::GgmlType;
+
+use act::Q8Act;
+use decode::{Decoded, Family};
+use dot::{Out, QAct};
+use vmath::KvRow;
+
+/// Which build of the kernels runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Plain Rust, any CPU.
+    Portable,
+    /// x86-64 with AVX2, FMA and F16C.
+    Avx2,
+}
+
+impl Isa {
+    /// The best build this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+
+    /// Every build this CPU can run (for tests comparing them).
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        if Isa::detect() == Isa::Avx2 {
+            v.push(Isa::Avx2);
+        }
+        v
+    }
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvType {
+    #[default]
+    F16,
+    F32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CpuOptions {
+    /// Kernel threads; `None` = all available cores.
+    pub threads: Option<usize>,
+    pub kv_type: KvType,
+    /// Force a kernel build (`None` = the best this CPU supports).
+    pub isa: Option<Isa>,
+}
+
+pub struct CpuBackend {
+    isa: Isa,
+    kv_type: KvType,
+    pool: pool::Pool,
+    scratch: Vec<Mutex<Scratch>>,
+    rope_cache: Mutex<Vec<RopeTable>>,
+}
+
+struct Scratch {
+    attn: attn::AttnScratch,
+    dec: Decoded,
+    f: Vec<f32>,
+    scores: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+struct RopeTable {
+    positions: Vec<u32>,
+    n_rot: usize,
+    base: u32,
+    /// `(cos, sin)` per position and rotated pair.
+    cs: Vec<(f32, f32)>,
+}
+
+/// An activation: `[rows, cols]` f32, with its Q8 quantization made on first use (shared by
+/// every matmul that reads it, e.g. Q, K and V of one normed input).
+pub struct CpuTensor {
+    rows: usize,
+    cols: usize,
+    data: Vec<f32>,
+    q8: OnceLock<Q8Act>,
+}
+
+impl CpuTensor {
+    fn new(rows: usize, cols: usize, data: Vec<f32>) -> CpuTensor {
+        debug_assert_eq!(rows * cols, data.len());
+        CpuTensor {
+            rows,
+            cols,
+            data,
+            q8: OnceLock::new(),
+        }
+    }
+
+    /// A `[rows, cols]` tensor of `data` (panics if the sizes disagree: a caller bug).
+    pub fn from_vec(rows: usize, cols: usize, data: Vec<f32>) -> CpuTensor {
+        assert_eq!(
+            rows * cols,
+            data.len(),
+            "CpuTensor::from_vec: {rows} x {cols} vs {}",
+            data.len()
+        );
+        CpuTensor::new(rows, cols, data)
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    pub fn data(&self) -> &[f32] {
+        &self.data
+    }
+
+    fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.cols..(i + 1) * self.cols]
+    }
+}
+
+enum WKind {
+    /// Quantized rows in their file format.
+    Quant {
+        fam: Family,
+        data: Vec<u8>,
+    },
+    /// F16 / BF16 rows, converted to f32 a few rows at a time.
+    Half {
+        data: Vec<u16>,
+    },
+    F32(Vec<f32>),
+}
+
+/// A weight: `[rows, cols]` in its file format (vectors are held as f32).
+pub struct CpuWeight {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    kind: WKind,
+}
+
+impl CpuWeight {
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        match &self.kind {
+            WKind::Quant { data, .. } => data.len(),
+            WKind::Half { data } => data.len() * 2,
+            WKind::F32(v) => v.len() * 4,
+        }
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_size() * self.ty.type_size()
+    }
+
+    fn vector(&self) -> Option<&[f32]> {
+        match &self.kind {
+            WKind::F32(v) if self.rows == 1 => Some(v),
+            _ => None,
+        }
+    }
+}
+
+enum KvStore {
+    F16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+/// The paged KV cache: per layer, `n_slots` rows of K and of V.
+pub struct CpuKvCache {
+    layout: KvLayout,
+    k: KvStore,
+    v: KvStore,
+}
+
+impl CpuKvCache {
+    fn offset(&self, layer: usize, slot: u32) -> usize {
+        (layer * self.layout.n_slots() + slot as usize) * self.layout.kv_dim
+    }
+
+    fn row<'a>(store: &'a KvStore, o: usize, d: usize) -> KvRow<'a> {
+        match store {
+            KvStore::F16(v) => KvRow::F16(&v[o..o + d]),
+            KvStore::F32(v) => KvRow::F32(&v[o..o + d]),
+        }
+    }
+
+    fn row_f32(store: &KvStore, o: usize, d: usize, out: &mut Vec<f32>) {
+        match store {
+            KvStore::F16(v) => {
+                out.extend(v[o..o + d].iter().map(|&h| lockstep_quant::fp16_to_f32(h)))
+            }
+            KvStore::F32(v) => out.extend_from_slice(&v[o..o + d]),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        let n = |s: &KvStore| match s {
+            KvStore::F16(v) => v.len() * 2,
+            KvStore::F32(v) => v.len() * 4,
+        };
+        n(&self.k) + n(&self.v)
+    }
+}
+
+impl CpuBackend {
+    pub fn new(opts: CpuOptions) -> CpuBackend {
+        let threads = opts
+            .threads
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            })
+            .max(1);
+        let isa = match opts.isa {
+            Some(Isa::Avx2) if Isa::detect() == Isa::Avx2 => Isa::Avx2,
+            Some(_) => Isa::Portable,
+            None => Isa::detect(),
+        };
+        CpuBackend {
+            isa,
+            kv_type: opts.kv_type,
+            pool: pool::Pool::new(threads),
+            scratch: (0..threads)
+                .map(|_| {
+                    Mutex::new(Scratch {
+                        attn: attn::AttnScratch::default(),
+                        dec: Decoded::new(),
+                        f: Vec::new(),
+                        scores: Vec::new(),
+                        acc: Vec::new(),
+                    })
+                })
+                .collect(),
+            rope_cache: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    fn scratch(&self, worker: usize) -> std::sync::MutexGuard<'_, Scratch> {
+        self.scratch[worker % self.scratch.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Weight rows per task: enough tasks to balance the threads, few enough that each task's
+    /// decoded rows are reused against every activation row while in cache.
+    fn rows_per_task(&self, m: usize, n: usize) -> usize {
+        let t = self.threads();
+        let rc = if n <= dot::FUSED_MAX_ROWS {
+            m / (t * 8)
+        } else {
+            16
+        };
+        rc.clamp(4, 64).div_ceil(4) * 4
+    }
+
+    /// Runs `f` on every item, spread over the pool (items must be independent).
+    fn par_each<T: Send>(&self, items: &mut [T], f: impl Fn(&mut T) + Sync) {
+        if items.len() <= 1 {
+            items.iter_mut().for_each(f);
+            return;
+        }
+        let cells: Vec<Mutex<&mut T>> = items.iter_mut().map(Mutex::new).collect();
+        self.pool.run(cells.len(), &|t, _| {
+            let mut g = cells[t].lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut g)
+        });
+    }
+
+    fn rope_table(&self, positions: &[u32], p: RopeParams) -> std::sync::Arc<Vec<(f32, f32)>> {
+        let half = p.n_rot / 2;
+        let mut cache = self.rope_cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = cache
+            .iter()
+            .find(|t| t.n_rot == p.n_rot && t.base == p.base.to_bits() && t.positions == positions)
+        {
+            return std::sync::Arc::new(t.cs.clone());
+        }
+        let inv: Vec<f64> = (0..half)
+            .map(|i| f64::from(p.base).powf(-2.0 * i as f64 / p.n_rot as f64))
+            .collect();
+        let mut cs = Vec::with_capacity(positions.len() * half);
+        for &pos in positions {
+            for &f in &inv {
+                let (s, c) = (f64::from(pos) * f).sin_cos();
+                cs.push((c as f32, s as f32));
+            }
+        }
+        if cache.len() >= 4 {
+            cache.remove(0);
+        }
+        cache.push(RopeTable {
+            positions: positions.to_vec(),
+            n_rot: p.n_rot,
+            base: p.base.to_bits(),
+            cs: cs.clone(),
+        });
+        std::sync::Arc::new(cs)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn attend_one(
+        &self,
+        cache: &CpuKvCache,
+        layer: usize,
+        slots: &[u32],
+        kh: usize,
+        qh: &[f32],
+        pos: u32,
+        p: &AttentionParams,
+        mask: Option<&[bool]>,
+        s: &mut Scratch,
+        out: &mut [f32],
+        rec: Option<(&mut [f32], &mut [f32])>,
+    ) {
+        let hd = p.head_dim;
+        let kv_dim = cache.layout.kv_dim;
+        let n_kv = slots.len();
+        let hi = (pos as usize + 1).min(n_kv);
+        let lo = match p.window {
+            Some(w) => (pos as usize + 1).saturating_sub(w as usize).min(hi),
+            None => 0,
+        };
+        let Scratch { scores, acc, .. } = s;
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for j in lo..hi {
+            let visible = mask.is_none_or(|m| m[j]);
+            let v = if visible {
+                let o = cache.offset(layer, slots[j]) + kh * hd;
+                vmath::dot_kv(self.isa, qh, CpuKvCache::row(&cache.k, o, hd)) * p.scale
+            } else {
+                f32::NEG_INFINITY
+            };
+            max = max.max(v);
+            scores.push(v);
+        }
+        let mut rec = rec;
+        if let Some((kq, _)) = rec.as_mut() {
+            kq.fill(f32::NEG_INFINITY);
+            kq[lo..hi].copy_from_slice(scores);
+        }
+        acc.clear();
+        acc.resize(hd, 0.0);
+        if max == f32::NEG_INFINITY {
+            out.fill(0.0);
+            if let Some((_, pr)) = rec {
+                pr.fill(0.0);
+            }
+            return;
+        }
+        vmath::exp_shifted(self.isa, scores, max);
+        let mut sum = 0f32;
+        for &e in scores.iter() {
+            sum += e;
+        }
+        for (j, &e) in (lo..hi).zip(scores.iter()) {
+            if e != 0.0 {
+                let o = cache.offset(layer, slots[j]) + kh * hd;
+                vmath::axpy_kv(self.isa, e, CpuKvCache::row(&cache.v, o, hd), acc);
+            }
+        }
+        let inv = 1.0 / sum;
+        for (o, a) in out.iter_mut().zip(acc.iter()) {
+            *o = a * inv;
+        }
+        if let Some((_, pr)) = rec {
+            pr.fill(0.0);
+            for (pj, &e) in pr[lo..hi].iter_mut().zip(scores.iter()) {
+                *pj = e / sum;
+            }
+        }
+        let _ = kv_dim;
+    }
+}
+
+fn other(msg: String) -> BackendError {
+    BackendError::Other(msg)
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn load_weight(&self, w: WeightView<'_>) -> Result<CpuWeight, BackendError> {
+        let err = |why: String| BackendError::Weight {
+            name: w.name.to_string(),
+            why,
+        };
+        let n: u64 = w.dims.iter().product();
+        let cols = w.dims.first().copied().unwrap_or(1) as usize;
+        let rows = (n as usize).checked_div(cols).unwrap_or(0);
+        let expected =
+            w.ty.row_bytes(cols as u64)
+                .and_then(|rb| rb.checked_mul(rows as u64))
+                .ok_or_else(|| {
+                    err(format!(
+                        "{} rows of {cols} {} values are not whole blocks",
+                        rows, w.ty
+                    ))
+                })?;
+        if w.data.len() as u64 != expected {
+            return Err(err(format!("{} bytes, expected {expected}", w.data.len())));
+        }
+        let kind = if rows == 1 || w.ty == GgmlType::F32 {
+            let v = lockstep_quant::dequantize(w.ty, w.data, n as usize)
+                .map_err(|e| err(e.to_string()))?;
+            WKind::F32(v)
+        } else if matches!(w.ty, GgmlType::F16 | GgmlType::Bf16) {
+            WKind::Half {
+                data: w
+                    .data
+                    .chunks_exact(2)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            }
+        } else if let Some(fam) = decode::family(w.ty) {
+            WKind::Quant {
+                fam,
+                data: w.data.to_vec(),
+            }
+        } else {
+            return Err(err(format!(
+                "type {} is not supported by the cpu backend",
+                w.ty
+            )));
+        };
+        Ok(CpuWeight {
+            ty: w.ty,
+            rows,
+            cols,
+            kind,
+        })
+    }
+
+    fn alloc_kv(&self, layout: KvLayout) -> Result<CpuKvCache, BackendError> {
+        let n = layout
+            .n_layers
+            .checked_mul(layout.n_slots())
+            .and_then(|n| n.checked_mul(layout.kv_dim))
+            .ok_or_else(|| BackendError::Kv(format!("layout {layout:?} overflows")))?;
+        let store = || match self.kv_type {
+            KvType::F16 => KvStore::F16(vec![0; n]),
+            KvType::F32 => KvStore::F32(vec![0.0; n]),
+        };
+        Ok(CpuKvCache {
+            layout,
+            k: store(),
+            v: store(),
+        })
+    }
+
+    fn to_host(&self, t: &CpuTensor) -> HostTensor {
+        HostTensor::matrix(t.rows, t.cols, t.data.clone())
+    }
+
+    fn embed(&self, table: &CpuWeight, ids: &[u32]) -> Result<CpuTensor, BackendError> {
+        let d = table.cols;
+        let mut out = vec![0f32; ids.len() * d];
+        for (row, (&id, o)) in ids.iter().zip(out.chunks_exact_mut(d.max(1))).enumerate() {
+            let i = id as usize;
+            if i >= table.rows {
+                return Err(BackendError::TokenOutOfRange {
+                    id,
+                    row,
+                    vocab: table.rows,
+                });
+            }
+            match &table.kind {
+                WKind::F32(v) => o.copy_from_slice(&v[i * d..(i + 1) * d]),
+                WKind::Half { data } => {
+                    for (y, &h) in o.iter_mut().zip(&data[i * d..(i + 1) * d]) {
+                        *y = if table.ty == GgmlType::F16 {
+                            lockstep_quant::fp16_to_f32(h)
+                        } else {
+                            lockstep_quant::bf16_to_f32(h)
+                        };
+                    }
+                }
+                WKind::Quant { data, .. } => {
+                    let rb = table.row_bytes();
+                    lockstep_quant::dequantize_row(table.ty, &data[i * rb..(i + 1) * rb], o)
+                        .map_err(|e| other(e.to_string()))?;
+                }
+            }
+        }
+        Ok(CpuTensor::new(ids.len(), d, out))
+    }
+
+    fn matmul(&self, x: &CpuTensor, w: &CpuWeight) -> CpuTensor {
+        let (n, k) = (x.rows, x.cols);
+        assert_eq!(
+            k, w.cols,
+            "matmul: x has {k} columns, weight rows have {}",
+            w.cols
+        );
+        let m = w.rows;
+        let mut out = vec![0f32; n * m];
+        if n == 0 || m == 0 {
+            return CpuTensor::new(n, m, out);
+        }
+        let o = Out {
+            ptr: out.as_mut_ptr(),
+            m,
+            len: n * m,
+        };
+        let rc = self.rows_per_task(m, n);
+        let tasks = m.div_ceil(rc);
+        let isa = self.isa;
+        match &w.kind {
+            WKind::Quant { fam, data } => {
+                let a = x.q8.get_or_init(|| {
+                    Q8Act::quantize(isa, &x.data, n, k, |jobs| self.par_each(jobs, |j| j.run()))
+                });
+                let qa = QAct {
+                    qs: &a.qs,
+                    d: &a.d,
+                    s16: &a.s16,
+                    n,
+                };
+                let rb = w.row_bytes();
+                let fam = *fam;
+                self.pool.run(tasks, &|t, wid| {
+                    let j0 = t * rc;
+                    let rows = rc.min(m - j0);
+                    let mut s = self.scratch(wid);
+                    let src = &data[j0 * rb..(j0 + rows) * rb];
+                    if dot::fused_chunk(isa, w.ty, fam, k, src, rows, &qa, o, j0, &mut s.f) {
+                        return;
+                    }
+                    s.dec.reserve(rows, k);
+                    decode::decode_rows(
+                        isa,
+                        w.ty,
+                        &data[j0 * rb..(j0 + rows) * rb],
+                        rows,
+                        k,
+                        &mut s.dec,
+                    );
+                    dot::q8_chunk(isa, fam, k, &s.dec, rows, &qa, o, j0);
+                });
+            }
+            WKind::Half { data } => {
+                let bf = w.ty == GgmlType::Bf16;
+                self.pool.run(tasks, &|t, wid| {
+                    let j0 = t * rc;
+                    let rows = rc.min(m - j0);
+                    let mut s = self.scratch(wid);
+                    s.f.clear();
+                    s.f.extend(data[j0 * k..(j0 + rows) * k].iter().map(|&h| {
+                        if bf {
+                            lockstep_quant::bf16_to_f32(h)
+                        } else {
+                            lockstep_quant::fp16_to_f32(h)
+                        }
+                    }));
+                    dot::f32_chunk(isa, k, &s.f, rows, &x.data, n, o, j0);
+                });
+            }
+            WKind::F32(v) => {
+                self.pool.run(tasks, &|t, _| {
+                    let j0 = t * rc;
+                    let rows = rc.min(m - j0);
+                    dot::f32_chunk(isa, k, &v[j0 * k..(j0 + rows) * k], rows, &x.data, n, o, j0);
+                });
+            }
+        }
+        CpuTensor::new(n, m, out)
+    }
+
+    fn add_bias(&self, x: &CpuTensor, bias: &CpuWeight) -> CpuTensor {
+        let b = bias.vector().expect("bias is a vector");
+        assert_eq!(x.cols, b.len(), "bias length");
+        let mut out = x.data.clone();
+        for row in out.chunks_exact_mut(x.cols.max(1)) {
+            for (o, v) in row.iter_mut().zip(b) {
+                *o += v;
+            }
+        }
+        CpuTensor::new(x.rows, x.cols, out)
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32) -> CpuTensor {
+        let w = weight.vector().expect("norm weight is a vector");
+        let g = w.len();
+        assert!(
+            g > 0 && x.cols.is_multiple_of(g),
+            "rms_norm group {g} vs {} columns",
+            x.cols
+        );
+        let mut out = vec![0f32; x.data.len()];
+        let isa = self.isa;
+        let norm = |(xs, os): &mut (&[f32], &mut [f32])| {
+            for (xg, og) in xs.chunks_exact(g).zip(os.chunks_exact_mut(g)) {
+                match isa {
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: `Isa::Avx2` implies AVX2 and FMA.
+                    Isa::Avx2 => unsafe { rms_group_avx2(xg, w, eps, og) },
+                    _ => rms_group(xg, w, eps, og),
+                }
+            }
+        };
+        let per = 32 * x.cols.max(1);
+        let mut parts: Vec<(&[f32], &mut [f32])> =
+            x.data.chunks(per).zip(out.chunks_mut(per)).collect();
+        self.par_each(&mut parts, norm);
+        CpuTensor::new(x.rows, x.cols, out)
+    }
+
+    fn add(&self, a: &CpuTensor, b: &CpuTensor) -> CpuTensor {
+        assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
+        let data = a.data.iter().zip(&b.data).map(|(x, y)| x + y).collect();
+        CpuTensor::new(a.rows, a.cols, data)
+    }
+
+    fn scale(&self, x: &CpuTensor, s: f32) -> CpuTensor {
+        CpuTensor::new(x.rows, x.cols, x.data.iter().map(|v| v * s).collect())
+    }
+
+    fn act_mul(&self, gate: &CpuTensor, up: &CpuTensor, act: Activation) -> CpuTensor {
+        assert!(
+            gate.rows == up.rows && gate.cols == up.cols,
+            "act_mul: shapes differ"
+        );
+        let mut out = vec![0f32; gate.data.len()];
+        let cols = gate.cols.max(1);
+        if gate.rows > 8 {
+            let o = Out {
+                ptr: out.as_mut_ptr(),
+                m: cols,
+                len: out.len(),
+            };
+            let rows_per = 8;
+            self.pool.run(gate.rows.div_ceil(rows_per), &|t, _| {
+                let r0 = t * rows_per;
+                let r1 = (r0 + rows_per).min(gate.rows);
+                let mut tmp = vec![0f32; cols];
+                for r in r0..r1 {
+                    vmath::act_mul(self.isa, gate.row(r), up.row(r), &mut tmp, act);
+                    for (j, v) in tmp.iter().enumerate() {
+                        o.put(r, j, *v);
+                    }
+                }
+            });
+        } else {
+            vmath::act_mul(self.isa, &gate.data, &up.data, &mut out, act);
+        }
+        CpuTensor::new(gate.rows, gate.cols, out)
+    }
+
+    fn rope(&self, x: &CpuTensor, positions: &[u32], p: RopeParams) -> CpuTensor {
+        assert_eq!(x.rows, positions.len(), "rope: one position per row");
+        assert!(
+            x.cols.is_multiple_of(p.head_dim),
+            "rope: columns are whole heads"
+        );
+        let half = p.n_rot / 2;
+        let table = self.rope_table(positions, p);
+        let mut out = x.data.clone();
+        for (r, row) in out.chunks_exact_mut(x.cols.max(1)).enumerate() {
+            let cs = &table[r * half..(r + 1) * half];
+            for head in row.chunks_exact_mut(p.head_dim) {
+                for (i, &(c, s)) in cs.iter().enumerate() {
+                    let (a, b) = match p.style {
+                        RopeStyle::Norm => (2 * i, 2 * i + 1),
+                        RopeStyle::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        }
+        CpuTensor::new(x.rows, x.cols, out)
+    }
+
+    fn select_rows(&self, x: &CpuTensor, rows: &[usize]) -> CpuTensor {
+        let mut data = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            data.extend_from_slice(x.row(r));
+        }
+        CpuTensor::new(rows.len(), x.cols, data)
+    }
+
+    fn kv_store(
+        &self,
+        cache: &mut CpuKvCache,
+        layer: usize,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let d = cache.layout.kv_dim;
+        if k.cols != d || v.cols != d || k.rows != batch.slots.len() || v.rows != k.rows {
+            return Err(BackendError::Kv(format!(
+                "kv_store: K [{}, {}] / V [{}, {}] for {} slots of width {d}",
+                k.rows,
+                k.cols,
+                v.rows,
+                v.cols,
+                batch.slots.len()
+            )));
+        }
+        let l = cache.layout;
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        for (i, &slot) in batch.slots.iter().enumerate() {
+            if slot as usize >= l.n_slots() {
+                return Err(BackendError::Kv(format!(
+                    "slot {slot} outside the cache ({} slots)",
+                    l.n_slots()
+                )));
+            }
+            let o = cache.offset(layer, slot);
+            for (store, src) in [(&mut cache.k, k.row(i)), (&mut cache.v, v.row(i))] {
+                match store {
+                    KvStore::F16(s) => vmath::to_f16_row(self.isa, src, &mut s[o..o + d]),
+                    KvStore::F32(s) => s[o..o + d].copy_from_slice(src),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        cache: &CpuKvCache,
+        layer: usize,
+        q: &CpuTensor,
+        batch: &Batch,
+        p: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<CpuTensor, BackendError> {
+        let hd = p.head_dim;
+        let q_dim = p.n_heads * hd;
+        let kv_dim = p.n_kv_heads * hd;
+        if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) || !hd.is_multiple_of(8) {
+            return Err(BackendError::Kv(format!(
+                "attention: {} heads over {} KV heads of {hd} (need a whole group, head_dim % 8 == 0)",
+                p.n_heads, p.n_kv_heads
+            )));
+        }
+        let group = p.n_heads / p.n_kv_heads;
+        if q.cols != q_dim || kv_dim != cache.layout.kv_dim || layer >= cache.layout.n_layers {
+            return Err(BackendError::Kv(format!(
+                "attention: q has {} columns for {} heads of {hd}; cache rows are {} wide",
+                q.cols, p.n_heads, cache.layout.kv_dim
+            )));
+        }
+        // Validate everything a task will index before any runs.
+        let mut items = Vec::new();
+        for (si, seq) in batch.seqs.iter().enumerate() {
+            let n_kv = seq.kv_slots.len();
+            if let Some(&bad) = seq
+                .kv_slots
+                .iter()
+                .find(|&&s| s as usize >= cache.layout.n_slots())
+            {
+                return Err(BackendError::Kv(format!("slot {bad} outside the cache")));
+            }
+            if let Some(m) = &seq.mask {
+                if m.len() != seq.n_rows * n_kv {
+                    return Err(BackendError::Kv(format!(
+                        "mask has {} entries, expected {} x {n_kv}",
+                        m.len(),
+                        seq.n_rows
+                    )));
+                }
+            }
+            if seq.first_row + seq.n_rows > q.rows {
+                return Err(BackendError::Kv(format!(
+                    "sequence rows {}..{} outside the batch of {}",
+                    seq.first_row,
+                    seq.first_row + seq.n_rows,
+                    q.rows
+                )));
+            }
+            for i in 0..seq.n_rows {
+                items.push((si, i));
+            }
+        }
+        let mut out = vec![0f32; q.rows * q_dim];
+        let o = Out {
+            ptr: out.as_mut_ptr(),
+            m: q_dim,
+            len: out.len(),
+        };
+        let run_one = |si: usize,
+                       i: usize,
+                       h: usize,
+                       s: &mut Scratch,
+                       dst: &mut [f32],
+                       rec: Option<(&mut [f32], &mut [f32])>| {
+            let seq = &batch.seqs[si];
+            let n_kv = seq.kv_slots.len();
+            let row = seq.first_row + i;
+            let pos = seq.first_pos + i as u32;
+            let mask = seq.mask.as_ref().map(|m| &m[i * n_kv..(i + 1) * n_kv]);
+            let qh = &q.row(row)[h * hd..(h + 1) * hd];
+            self.attend_one(
+                cache,
+                layer,
+                &seq.kv_slots,
+                h / group,
+                qh,
+                pos,
+                &p,
+                mask,
+                s,
+                dst,
+                rec,
+            );
+        };
+        let nh = p.n_heads;
+        // Tasks: a few rows of one sequence x the heads of one KV head; single heads when the
+        // batch is small (decode), so that every thread has work.
+        let (rows_per, heads_per) = if items.len() <= 4 { (1, 1) } else { (4, group) };
+        let mut blocks = Vec::new();
+        for seq in &batch.seqs {
+            for i0 in (0..seq.n_rows).step_by(rows_per) {
+                for h0 in (0..nh).step_by(heads_per) {
+                    blocks.push(attn::Block {
+                        seq,
+                        i0,
+                        i1: (i0 + rows_per).min(seq.n_rows),
+                        h0,
+                        h1: h0 + heads_per,
+                        kh: h0 / group,
+                    });
+                }
+            }
+        }
+        self.pool.run(blocks.len(), &|t, wid| {
+            let mut s = self.scratch(wid);
+            attn::attend_block(
+                self.isa,
+                cache,
+                layer,
+                &q.data,
+                q_dim,
+                &p,
+                &blocks[t],
+                &mut s.attn,
+                o,
+            );
+        });
+
+        if taps.active() {
+            let keep_scores =
+                taps.wants_layer(layer, "kq") || taps.wants_layer(layer, "kq_softmax");
+            let mut k_read = Vec::new();
+            let mut v_read = Vec::new();
+            let mut kq_all = Vec::new();
+            let mut sm_all = Vec::new();
+            let mut s = self.scratch(0);
+            for (si, seq) in batch.seqs.iter().enumerate() {
+                let n_kv = seq.kv_slots.len();
+                for &slot in &seq.kv_slots {
+                    let off = cache.offset(layer, slot);
+                    CpuKvCache::row_f32(&cache.k, off, kv_dim, &mut k_read);
+                    CpuKvCache::row_f32(&cache.v, off, kv_dim, &mut v_read);
+                }
+                if keep_scores {
+                    for i in 0..seq.n_rows {
+                        for h in 0..nh {
+                            let mut kq = vec![0f32; n_kv];
+                            let mut pr = vec![0f32; n_kv];
+                            let mut dst = vec![0f32; hd];
+                            run_one(si, i, h, &mut s, &mut dst, Some((&mut kq, &mut pr)));
+                            kq_all.extend(kq);
+                            sm_all.extend(pr);
+                        }
+                    }
+                }
+            }
+            drop(s);
+            let n = k_read.len() / kv_dim.max(1);
+            taps.emit_layer(layer, "k_read", || HostTensor::matrix(n, kv_dim, k_read));
+            taps.emit_layer(layer, "v_read", || HostTensor::matrix(n, kv_dim, v_read));
+            if keep_scores {
+                let (a, b) = (kq_all.len(), sm_all.len());
+                taps.emit_layer(layer, "kq", || HostTensor::new(vec![a], kq_all));
+                taps.emit_layer(layer, "kq_softmax", || HostTensor::new(vec![b], sm_all));
+            }
+        }
+        Ok(CpuTensor::new(q.rows, q_dim, out))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rms_group_avx2(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    rms_group(x, w, eps, out)
+}
+
+/// RMS norm of one group: eight-lane sum of squares (fused), fixed reduction, then
+/// `(x * scale) * w`.
+#[inline(always)]
+fn rms_group(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let n8 = x.len() / 8 * 8;
+    let mut acc = [0f32; 8];
+    for c in x[..n8].chunks_exact(8) {
+        for l in 0..8 {
+            acc[l] = c[l].mul_add(c[l], acc[l]);
+        }
+    }
+    let mut tail = 0f32;
+    for &v in &x[n8..] {
+        tail = v.mul_add(v, tail);
+    }
+    let ss = dot::hsum_lanes(&acc) + tail;
+    let scale = 1.0 / (ss / x.len() as f32 + eps).sqrt();
+    for ((o, &v), &wv) in out.iter_mut().zip(x).zip(w) {
+        *o = (v * scale) * wv;
+    }
+}

@@ -1,0 +1,246 @@
+//! AVX2 unpacking of weight blocks straight into registers, for the hot types (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q6_K).
+//!
+//! Each unpacker yields, per 32 values, the same bytes `u` and scale vector `sc` that
+//! `decode::decode_row` writes (and the same `mn`), so the fused small-batch kernel and the
+//! decoded-rows kernel compute bitwise the same results. `decode` uses these unpackers too for
+//! these types, and its test checks them against ggml's dequantization.
+
+#![cfg(target_arch = "x86_64")]
+
+use std::arch::x86_64::*;
+
+use lockstep_quant::blocks::KVALUES_IQ4NL;
+
+/// Unpacked vectors of one block (up to 8 x 32 values).
+pub struct Unpacked {
+    pub u: [__m256i; 8],
+    pub sc: [__m256; 8],
+    /// Offsets per 16 values (family U only).
+    pub mn: [f32; 16],
+}
+
+/// One weight type's unpacker.
+pub trait Unpack {
+    /// Values and bytes per block.
+    const BS: usize;
+    const TS: usize;
+    /// Unpacks the block at `src`; returns the number of 32-value vectors (`BS / 32`).
+    ///
+    /// SAFETY (caller): AVX2, FMA and F16C present; `src` valid for `TS` bytes.
+    unsafe fn unpack(src: *const u8, o: &mut Unpacked) -> usize;
+}
+
+/// Runs `$body` with `$t` bound to the unpacker type of `$ty` (types without one run `$none`).
+macro_rules! with_unpacker {
+    ($ty:expr, $t:ident => $body:expr, _ => $none:expr) => {{
+        use lockstep_quant::GgmlType as G;
+        use $crate::unpack as u;
+        match $ty {
+            G::Q4_0 => {
+                type $t = u::Q4_0T;
+                $body
+            }
+            G::Q4_1 => {
+                type $t = u::Q4_1T;
+                $body
+            }
+            G::Q5_0 => {
+                type $t = u::Q5_0T;
+                $body
+            }
+            G::Q5_1 => {
+                type $t = u::Q5_1T;
+                $body
+            }
+            G::Q8_0 => {
+                type $t = u::Q8_0T;
+                $body
+            }
+            G::Iq4Nl => {
+                type $t = u::Iq4NlT;
+                $body
+            }
+            G::Q4K => {
+                type $t = u::Q4KT;
+                $body
+            }
+            G::Q6K => {
+                type $t = u::Q6KT;
+                $body
+            }
+            _ => $none,
+        }
+    }};
+}
+pub(crate) use with_unpacker;
+
+macro_rules! unpacker {
+    ($name:ident, $f:ident, $bs:expr, $ts:expr) => {
+        pub struct $name;
+        impl Unpack for $name {
+            const BS: usize = $bs;
+            const TS: usize = $ts;
+            #[inline(always)]
+            unsafe fn unpack(src: *const u8, o: &mut Unpacked) -> usize {
+                $f(src, o)
+            }
+        }
+    };
+}
+
+unpacker!(Q4_0T, q4_0, 32, 18);
+unpacker!(Q4_1T, q4_1, 32, 20);
+unpacker!(Q5_0T, q5_0, 32, 22);
+unpacker!(Q5_1T, q5_1, 32, 24);
+unpacker!(Q8_0T, q8_0, 32, 34);
+unpacker!(Iq4NlT, iq4_nl, 32, 18);
+unpacker!(Q4KT, q4_k, 256, 144);
+unpacker!(Q6KT, q6_k, 256, 210);
+
+#[inline(always)]
+unsafe fn f16(src: *const u8) -> f32 {
+    let h = u16::from_le_bytes([*src, *src.add(1)]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+}
+
+/// Low nibbles of 16 bytes as values 0-15, high nibbles as values 16-31.
+#[inline(always)]
+unsafe fn nibbles16(src: *const u8) -> __m256i {
+    let q = _mm_loadu_si128(src as *const __m128i);
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(q, m);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// 0x10 in every byte whose bit is set in `qh` (bit j -> byte j).
+#[inline(always)]
+unsafe fn high_bits(qh: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh as i32), shuf);
+    let bit_mask = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    let set = _mm256_cmpeq_epi8(_mm256_or_si256(bytes, bit_mask), _mm256_set1_epi64x(-1));
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+#[inline(always)]
+unsafe fn sc2(a: f32, b: f32) -> __m256 {
+    _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a))
+}
+
+#[inline(always)]
+unsafe fn q4_0(src: *const u8, o: &mut Unpacked) -> usize {
+    let d = f16(src);
+    o.u[0] = nibbles16(src.add(2));
+    o.sc[0] = _mm256_set1_ps(d);
+    o.mn[0] = -8.0 * d;
+    o.mn[1] = -8.0 * d;
+    1
+}
+
+#[inline(always)]
+unsafe fn q4_1(src: *const u8, o: &mut Unpacked) -> usize {
+    let m = f16(src.add(2));
+    o.u[0] = nibbles16(src.add(4));
+    o.sc[0] = _mm256_set1_ps(f16(src));
+    o.mn[0] = m;
+    o.mn[1] = m;
+    1
+}
+
+#[inline(always)]
+unsafe fn q5_0(src: *const u8, o: &mut Unpacked) -> usize {
+    let d = f16(src);
+    let qh = u32::from_le_bytes([*src.add(2), *src.add(3), *src.add(4), *src.add(5)]);
+    o.u[0] = _mm256_or_si256(nibbles16(src.add(6)), high_bits(qh));
+    o.sc[0] = _mm256_set1_ps(d);
+    o.mn[0] = -16.0 * d;
+    o.mn[1] = -16.0 * d;
+    1
+}
+
+#[inline(always)]
+unsafe fn q5_1(src: *const u8, o: &mut Unpacked) -> usize {
+    let m = f16(src.add(2));
+    let qh = u32::from_le_bytes([*src.add(4), *src.add(5), *src.add(6), *src.add(7)]);
+    o.u[0] = _mm256_or_si256(nibbles16(src.add(8)), high_bits(qh));
+    o.sc[0] = _mm256_set1_ps(f16(src));
+    o.mn[0] = m;
+    o.mn[1] = m;
+    1
+}
+
+#[inline(always)]
+unsafe fn q8_0(src: *const u8, o: &mut Unpacked) -> usize {
+    o.u[0] = _mm256_loadu_si256(src.add(2) as *const __m256i);
+    o.sc[0] = _mm256_set1_ps(f16(src));
+    1
+}
+
+#[inline(always)]
+unsafe fn iq4_nl(src: *const u8, o: &mut Unpacked) -> usize {
+    let table =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+    o.u[0] = _mm256_shuffle_epi8(table, nibbles16(src.add(2)));
+    o.sc[0] = _mm256_set1_ps(f16(src));
+    1
+}
+
+#[inline(always)]
+unsafe fn q4_k(src: *const u8, o: &mut Unpacked) -> usize {
+    use lockstep_quant::blocks::{get_scale_min_k4, q4_k::*};
+    let d = f16(src.add(D));
+    let dmin = f16(src.add(DMIN));
+    let mut sm = [0u8; 12];
+    std::ptr::copy_nonoverlapping(src.add(SCALES), sm.as_mut_ptr(), 12);
+    let m4 = _mm256_set1_epi8(0x0F);
+    for j in 0..4 {
+        let q = _mm256_loadu_si256(src.add(QS + 32 * j) as *const __m256i);
+        o.u[2 * j] = _mm256_and_si256(q, m4);
+        o.u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+    }
+    for is in 0..8 {
+        let (s, m) = get_scale_min_k4(is, &sm);
+        o.sc[is] = _mm256_set1_ps(d * s as f32);
+        let ml = -(dmin * m as f32);
+        o.mn[2 * is] = ml;
+        o.mn[2 * is + 1] = ml;
+    }
+    8
+}
+
+#[inline(always)]
+unsafe fn q6_k(src: *const u8, o: &mut Unpacked) -> usize {
+    use lockstep_quant::blocks::q6_k::*;
+    let d = f16(src.add(D));
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m3 = _mm256_set1_epi8(0x03);
+    for n in 0..2 {
+        let ql0 = _mm256_loadu_si256(src.add(QL + 64 * n) as *const __m256i);
+        let ql1 = _mm256_loadu_si256(src.add(QL + 64 * n + 32) as *const __m256i);
+        let qh = _mm256_loadu_si256(src.add(QH + 32 * n) as *const __m256i);
+        let h0 = _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3));
+        let h1 = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(qh), m3));
+        let h2 = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(qh), m3));
+        let h3 = _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(qh), m3));
+        o.u[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, m4), h0);
+        o.u[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), h1);
+        o.u[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h2);
+        o.u[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h3);
+    }
+    let mut dl = [0f32; 16];
+    for (g, v) in dl.iter_mut().enumerate() {
+        *v = d * (*src.add(SCALES + g) as i8) as f32;
+        o.mn[g] = -32.0 * *v;
+    }
+    for i in 0..8 {
+        o.sc[i] = sc2(dl[2 * i], dl[2 * i + 1]);
+    }
+    8
+}
