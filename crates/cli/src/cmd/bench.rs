@@ -1,0 +1,264 @@
+//! `lockstep bench`: prompt processing and generation speed with llama-bench's definitions.
+//!
+//! - `pp N`: N random prompt tokens evaluated in one batch (logits of the last one only), from an
+//!   empty cache; tokens/s = N / time.
+//! - `tg N`: N tokens evaluated one at a time from an empty cache, one forward per token; no
+//!   sampling (the next token is random), tokens/s = N / time.
+//! - Each test runs once untimed (warm-up), then `-r` times; mean +- sample standard deviation of
+//!   the per-repetition tokens/s. Model loading, tokenization and sampling are never timed.
+//! - Peak memory is the process's peak resident set (`VmHWM`) after the runs.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use lockstep_backend_cpu::{CpuBackend, CpuOptions, KvType};
+use lockstep_backend_ref::RefBackend;
+use lockstep_engine::{Engine, EngineConfig, Logits, SeqInput};
+use lockstep_gguf::GgufFile;
+use lockstep_graph::{Backend, Taps};
+use lockstep_models::Model;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Model: a GGUF path or a short name (smollm2, gemma3); fetched if missing.
+    #[arg(short = 'm', long = "model", default_value = "smollm2")]
+    pub model: String,
+    /// Where fetched models live (default: $LOCKSTEP_MODELS_DIR or ~/.cache/lockstep/models).
+    #[arg(long)]
+    pub models_dir: Option<PathBuf>,
+    /// Compute backend.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref"])]
+    pub backend: String,
+    /// Prompt tokens of the pp test (0 = skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens of the tg test (0 = skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Timed repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
+    pub repetitions: usize,
+    /// Kernel threads (cpu backend; default: all cores).
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// KV cache element type (cpu backend).
+    #[arg(long = "kv-type", default_value = "f16", value_parser = ["f16", "f32"])]
+    pub kv_type: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The cpu backend with `threads` kernel threads (all cores when `None`) and an f16 KV cache.
+pub fn make_cpu_backend(threads: Option<usize>) -> CpuBackend {
+    CpuBackend::new(CpuOptions {
+        threads,
+        ..CpuOptions::default()
+    })
+}
+
+struct TestResult {
+    name: String,
+    n_tokens: usize,
+    samples: Vec<f64>,
+}
+
+impl TestResult {
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len().max(1) as f64
+    }
+
+    fn sd(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|s| (s - m) * (s - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+pub fn bench(args: BenchArgs) -> Result<()> {
+    let path = lockstep_fetch::resolve_model(&args.model, args.models_dir.as_deref())?;
+    if args.repetitions == 0 {
+        bail!("--repetitions must be at least 1");
+    }
+    let kv_type = match args.kv_type.as_str() {
+        "f32" => KvType::F32,
+        _ => KvType::F16,
+    };
+    match args.backend.as_str() {
+        "cpu" => {
+            let b = CpuBackend::new(CpuOptions {
+                threads: args.threads,
+                kv_type,
+                ..CpuOptions::default()
+            });
+            let threads = b.threads();
+            run(&args, &path, b, threads)
+        }
+        "ref" => {
+            let threads = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
+            run(&args, &path, RefBackend::new(), threads)
+        }
+        other => bail!("unknown backend `{other}`"),
+    }
+}
+
+/// A deterministic stream of token ids (xorshift), as llama-bench feeds random tokens.
+struct Tokens(u64);
+
+impl Tokens {
+    fn next(&mut self, vocab: usize) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % vocab.max(1) as u64) as u32
+    }
+}
+
+fn run<B: Backend>(
+    args: &BenchArgs,
+    path: &std::path::Path,
+    backend: B,
+    threads: usize,
+) -> Result<()> {
+    let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
+    let model = Model::load(&file, &backend).with_context(|| format!("{}", path.display()))?;
+    let arch = model.config.arch.name();
+    let n_ctx = (args.n_prompt.max(args.n_gen) + 16).max(64);
+    let mut engine = Engine::new(
+        backend,
+        model,
+        EngineConfig {
+            n_ctx,
+            cache_tokens: n_ctx,
+            ..EngineConfig::default()
+        },
+    )?;
+    drop(file);
+    let vocab = engine.n_vocab();
+    let mut rng = Tokens(0x9E37_79B9_7F4A_7C15);
+    let mut results = Vec::new();
+
+    if args.n_prompt > 0 {
+        let mut r = TestResult {
+            name: format!("pp{}", args.n_prompt),
+            n_tokens: args.n_prompt,
+            samples: Vec::new(),
+        };
+        for rep in 0..=args.repetitions {
+            let tokens: Vec<u32> = (0..args.n_prompt).map(|_| rng.next(vocab)).collect();
+            let seq = engine.new_sequence();
+            let t0 = Instant::now();
+            engine.forward(
+                &[SeqInput {
+                    seq,
+                    tokens: &tokens,
+                    logits: Logits::Last,
+                    mask: None,
+                }],
+                &mut Taps::none(),
+            )?;
+            let dt = t0.elapsed().as_secs_f64();
+            engine.free_sequence(seq);
+            if rep > 0 {
+                r.samples.push(args.n_prompt as f64 / dt);
+            }
+        }
+        results.push(r);
+    }
+    if args.n_gen > 0 {
+        let mut r = TestResult {
+            name: format!("tg{}", args.n_gen),
+            n_tokens: args.n_gen,
+            samples: Vec::new(),
+        };
+        for rep in 0..=args.repetitions {
+            let seq = engine.new_sequence();
+            let mut tok = [rng.next(vocab)];
+            let t0 = Instant::now();
+            for _ in 0..args.n_gen {
+                engine.forward(
+                    &[SeqInput {
+                        seq,
+                        tokens: &tok,
+                        logits: Logits::Last,
+                        mask: None,
+                    }],
+                    &mut Taps::none(),
+                )?;
+                tok[0] = rng.next(vocab);
+            }
+            let dt = t0.elapsed().as_secs_f64();
+            engine.free_sequence(seq);
+            if rep > 0 {
+                r.samples.push(args.n_gen as f64 / dt);
+            }
+        }
+        results.push(r);
+    }
+
+    let peak = peak_rss_bytes();
+    let model_name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let backend_name = engine.backend.name().to_string();
+    if args.json {
+        let tests: Vec<serde_json::Value> = results
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "test": r.name,
+                    "n_tokens": r.n_tokens,
+                    "tokens_per_s_mean": r.mean(),
+                    "tokens_per_s_sd": r.sd(),
+                    "samples": r.samples,
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "model": model_name,
+            "arch": arch,
+            "backend": backend_name,
+            "threads": threads,
+            "kv_type": args.kv_type,
+            "repetitions": args.repetitions,
+            "peak_rss_bytes": peak,
+            "tests": tests,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("| model | backend | threads | test | t/s |");
+        println!("| --- | --- | ---: | ---: | ---: |");
+        for r in &results {
+            println!(
+                "| {model_name} | {backend_name} | {threads} | {} | {:.2} ± {:.2} |",
+                r.name,
+                r.mean(),
+                r.sd()
+            );
+        }
+        match peak {
+            Some(b) => println!(
+                "\npeak memory (VmHWM): {:.1} MiB",
+                b as f64 / (1024.0 * 1024.0)
+            ),
+            None => println!("\npeak memory: unavailable on this platform"),
+        }
+    }
+    Ok(())
+}
+
+/// Peak resident set size of this process, from `/proc/self/status` (Linux).
+fn peak_rss_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

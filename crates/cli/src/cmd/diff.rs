@@ -1,0 +1,137 @@
+//! `lockstep diff`: run two backends on identical token streams (or load two traces) and
+//! compare every tap; name the first op that diverges. Exit 0 when they agree, 1 when not.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use lockstep_verify::{diff_engines, diff_traces, render, Profile, Trace};
+
+use super::trace::{
+    engine_config, fault_names, open_engine, open_model, run_spec, PromptArgs, VerifyModelArgs,
+    BACKENDS,
+};
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// Two trace files to compare (instead of running backends).
+    #[arg(num_args = 0..=2)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub model: VerifyModelArgs,
+    /// Backend A (the reference side).
+    #[arg(long = "a", default_value = "ref", value_parser = BACKENDS.to_vec())]
+    pub a: String,
+    /// Backend B (the side under test; fed A's tokens).
+    #[arg(long = "b", default_value = "ref", value_parser = BACKENDS.to_vec())]
+    pub b: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Compare only taps matching these comma-separated globs (`-` excludes).
+    #[arg(long, default_value = "")]
+    pub filter: String,
+    /// Tolerance profile (`exact`, `float`, `quant`); default: calibrated for the backend pair.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Print the whole report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Show every tap of the diverging step.
+    #[arg(long)]
+    pub verbose: bool,
+    /// List the seeded faults of this build and exit.
+    #[arg(long)]
+    pub list_faults: bool,
+}
+
+pub fn run(args: DiffArgs) -> Result<i32> {
+    if args.list_faults {
+        let names = fault_names();
+        if names.is_empty() {
+            println!("this lockstep was built without fault injection (`--features faults`)");
+        }
+        for n in names {
+            println!("{n}");
+        }
+        return Ok(0);
+    }
+    let t0 = Instant::now();
+    let report = match args.files.as_slice() {
+        [fa, fb] => {
+            let a = Trace::load(fa)?;
+            let b = Trace::load(fb)?;
+            if !a.meta.model_sha256.is_empty()
+                && !b.meta.model_sha256.is_empty()
+                && a.meta.model_sha256 != b.meta.model_sha256
+            {
+                eprintln!(
+                    "warning: the traces are of different model files ({} vs {})",
+                    a.meta.model_sha256, b.meta.model_sha256
+                );
+            }
+            let profile = pick_profile(&args, &a.meta.backend, &b.meta.backend)?;
+            diff_traces(&a, &b, profile)
+        }
+        [] => {
+            let m = open_model(&args.model)?;
+            let cfg = engine_config(&args.model);
+            let inject = args.model.inject.as_deref();
+            let mut ea = open_engine(
+                &args.a,
+                if args.a == "faulty" { inject } else { None },
+                &m.file,
+                cfg.clone(),
+            )?;
+            let mut eb = open_engine(
+                &args.b,
+                if args.b == "faulty" { inject } else { None },
+                &m.file,
+                cfg,
+            )?;
+            if inject.is_some() && args.a != "faulty" && args.b != "faulty" {
+                bail!("--inject needs `--b faulty` (or `--a faulty`)");
+            }
+            let spec = run_spec(&m.tokenizer, &args.prompt, &args.filter, ea.n_vocab())?;
+            let profile = pick_profile(&args, &ea.backend_name(), &eb.backend_name())?;
+            diff_engines(ea.as_mut(), eb.as_mut(), &spec, profile)?
+        }
+        _ => bail!("give two trace files, or none and a model (-m) with --a/--b"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report, args.verbose));
+        eprintln!(
+            "time: {:.2}s total, {:.3}s comparing",
+            t0.elapsed().as_secs_f64(),
+            report.compare_seconds
+        );
+    }
+    Ok(if report.agree() { 0 } else { 1 })
+}
+
+fn pick_profile(args: &DiffArgs, a: &str, b: &str) -> Result<Profile> {
+    let calibrated = Profile::for_backends(a, b);
+    match &args.profile {
+        None => Ok(calibrated),
+        Some(p) => {
+            let Some(p) = Profile::parse(p) else {
+                bail!("unknown profile `{p}` (exact, float, quant)");
+            };
+            let rank = |p: Profile| match p {
+                Profile::Exact => 0,
+                Profile::Float => 1,
+                Profile::Quant => 2,
+            };
+            if rank(p) > rank(calibrated) {
+                eprintln!(
+                    "note: profile `{}` is looser than the one calibrated for {a} vs {b} (`{}`)",
+                    p.name(),
+                    calibrated.name()
+                );
+            }
+            Ok(p)
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! One module per subcommand.
+
+pub mod check;
+pub mod diff;
+pub mod doctor;
+pub mod fetch;
+pub mod inspect;
+pub mod run;
+pub mod tokenize;
+pub mod trace;

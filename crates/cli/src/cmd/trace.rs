@@ -1,0 +1,260 @@
+//! `lockstep trace`: record the taps of a run (prefill, then decode steps) to a safetensors
+//! file. Also the pieces `diff` and `check` share: backend selection (with `--inject` in
+//! builds with the `faults` feature), prompts as text or ids, teacher forcing.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use lockstep_backend_ref::RefBackend;
+use lockstep_engine::{Engine, EngineConfig};
+use lockstep_gguf::GgufFile;
+use lockstep_graph::Backend;
+use lockstep_models::Model;
+use lockstep_tokenizer::Tokenizer;
+use lockstep_verify::{parse_ids, record, AnyEngine, MaskMode, RunSpec, TapFilter, TraceMeta};
+
+/// The backends `--backend`, `--a` and `--b` accept.
+pub const BACKENDS: &[&str] = &["ref", "cpu", "faulty"];
+
+/// Model options of the verification commands.
+#[derive(Args, Debug, Clone)]
+pub struct VerifyModelArgs {
+    /// Model: a GGUF path or a short name (smollm2, gemma3); fetched if missing.
+    #[arg(short = 'm', long = "model", default_value = "smollm2")]
+    pub model: String,
+    /// Where fetched models live (default: $LOCKSTEP_MODELS_DIR or ~/.cache/lockstep/models).
+    #[arg(long)]
+    pub models_dir: Option<PathBuf>,
+    /// Context length (tokens).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
+    pub ctx_size: usize,
+    /// Plant a seeded fault in the non-reference backend `faulty` (only in builds with the
+    /// `faults` feature; see `lockstep diff --list-faults`).
+    #[arg(long)]
+    pub inject: Option<String>,
+}
+
+/// What to feed: a prompt (text or ids), decode steps, teacher forcing, mask.
+#[derive(Args, Debug, Clone)]
+pub struct PromptArgs {
+    /// The prompt text (tokenized like `lockstep run`: BOS per the model, special tokens parsed).
+    #[arg(short = 'p', long = "prompt", conflicts_with = "ids")]
+    pub prompt: Option<String>,
+    /// The prompt as token ids, e.g. `--ids 1,2,3`.
+    #[arg(long)]
+    pub ids: Option<String>,
+    /// Decode steps after the prefill.
+    #[arg(long, default_value_t = 0)]
+    pub decode: usize,
+    /// Teacher-force the decode steps with these ids (the rest are greedy).
+    #[arg(long = "force-ids")]
+    pub force_ids: Option<String>,
+    /// Attention mask passed with every step: `none` or `all-true` (must change nothing).
+    #[arg(long, default_value = "none", value_parser = ["none", "all-true"])]
+    pub mask: String,
+    /// Return (and compare) the logits of every prompt position, not just the last.
+    #[arg(long)]
+    pub all_logits: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    #[command(flatten)]
+    pub model: VerifyModelArgs,
+    /// Compute backend.
+    #[arg(long, default_value = "ref", value_parser = BACKENDS.to_vec())]
+    pub backend: String,
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    /// Record only taps matching these comma-separated globs (`-` excludes):
+    /// `result_output` = the logits of every step.
+    #[arg(long, default_value = "")]
+    pub filter: String,
+    /// Output file (safetensors).
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
+/// A model file opened for verification.
+pub struct Opened {
+    pub path: PathBuf,
+    pub file: GgufFile,
+    pub tokenizer: Tokenizer,
+}
+
+pub fn open_model(args: &VerifyModelArgs) -> Result<Opened> {
+    let path = crate::resolve_model(&args.model, args.models_dir.as_deref())?;
+    let file = GgufFile::open(&path).with_context(|| format!("{}", path.display()))?;
+    let tokenizer = Tokenizer::from_metadata(file.metadata())
+        .with_context(|| format!("{}: tokenizer", path.display()))?;
+    Ok(Opened {
+        path,
+        file,
+        tokenizer,
+    })
+}
+
+pub fn engine_config(args: &VerifyModelArgs) -> EngineConfig {
+    EngineConfig {
+        n_ctx: args.ctx_size,
+        cache_tokens: args.ctx_size,
+        ..EngineConfig::default()
+    }
+}
+
+fn boxed<B: Backend + 'static>(
+    backend: B,
+    file: &GgufFile,
+    cfg: EngineConfig,
+) -> Result<Box<dyn AnyEngine>> {
+    let model =
+        Model::load(file, &backend).with_context(|| format!("{}", file.path().display()))?;
+    Ok(Box::new(Engine::new(backend, model, cfg)?))
+}
+
+/// An engine on the named backend. `inject` plants a fault in the `faulty` backend.
+pub fn open_engine(
+    name: &str,
+    inject: Option<&str>,
+    file: &GgufFile,
+    cfg: EngineConfig,
+) -> Result<Box<dyn AnyEngine>> {
+    if inject.is_some() && name != "faulty" {
+        bail!("--inject applies to the `faulty` backend only (the reference stays pristine); backend `{name}` was asked for");
+    }
+    match name {
+        "ref" => boxed(RefBackend::new(), file, cfg),
+        "cpu" => boxed(
+            lockstep_backend_cpu::CpuBackend::new(lockstep_backend_cpu::CpuOptions::default()),
+            file,
+            cfg,
+        ),
+        "faulty" => faulty_engine(inject, file, cfg),
+        other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
+    }
+}
+
+#[cfg(feature = "faults")]
+fn faulty_engine(
+    inject: Option<&str>,
+    file: &GgufFile,
+    cfg: EngineConfig,
+) -> Result<Box<dyn AnyEngine>> {
+    use lockstep_backend_faulty::{Fault, FaultyBackend};
+    let fault = match inject {
+        None => None,
+        Some(s) => Some(Fault::parse(s).with_context(|| {
+            format!("unknown fault `{s}` (known: {})", Fault::names().join(", "))
+        })?),
+    };
+    boxed(FaultyBackend::new(fault), file, cfg)
+}
+
+#[cfg(not(feature = "faults"))]
+fn faulty_engine(
+    _inject: Option<&str>,
+    _file: &GgufFile,
+    _cfg: EngineConfig,
+) -> Result<Box<dyn AnyEngine>> {
+    bail!("this lockstep was built without fault injection (build with `--features faults`)")
+}
+
+/// The fault names, if this build has them.
+pub fn fault_names() -> Vec<&'static str> {
+    #[cfg(feature = "faults")]
+    {
+        lockstep_backend_faulty::Fault::names()
+    }
+    #[cfg(not(feature = "faults"))]
+    {
+        Vec::new()
+    }
+}
+
+/// Builds the run from the prompt options.
+pub fn run_spec(
+    tokenizer: &Tokenizer,
+    p: &PromptArgs,
+    filter: &str,
+    n_vocab: usize,
+) -> Result<RunSpec> {
+    let prompt = match (&p.prompt, &p.ids) {
+        (Some(text), None) => {
+            if text.is_empty() {
+                bail!("the prompt is empty");
+            }
+            tokenizer.encode(text, true, true)
+        }
+        (None, Some(ids)) => parse_ids(ids)?,
+        (None, None) => bail!("no prompt: give -p TEXT or --ids 1,2,3"),
+        (Some(_), Some(_)) => bail!("give either -p or --ids, not both"),
+    };
+    if prompt.is_empty() {
+        bail!("the prompt has no tokens");
+    }
+    let force = match &p.force_ids {
+        Some(s) => parse_ids(s)?,
+        None => Vec::new(),
+    };
+    if let Some(&bad) = prompt
+        .iter()
+        .chain(&force)
+        .find(|&&t| t as usize >= n_vocab)
+    {
+        bail!("token id {bad} is outside the vocabulary ({n_vocab} tokens)");
+    }
+    let decode = p.decode.max(force.len());
+    Ok(RunSpec {
+        prompt,
+        decode,
+        force,
+        filter: TapFilter::parse(filter),
+        mask: MaskMode::parse(&p.mask).unwrap_or_default(),
+        all_logits: p.all_logits,
+    })
+}
+
+/// The model's sha256, recorded in traces.
+pub fn model_sha256(path: &Path) -> Result<String> {
+    Ok(lockstep_verify::trace::sha256_file(path)?)
+}
+
+pub fn run(args: TraceArgs) -> Result<()> {
+    let m = open_model(&args.model)?;
+    let mut engine = open_engine(
+        &args.backend,
+        args.model.inject.as_deref(),
+        &m.file,
+        engine_config(&args.model),
+    )?;
+    let spec = run_spec(&m.tokenizer, &args.prompt, &args.filter, engine.n_vocab())?;
+    let meta = TraceMeta {
+        model: m
+            .path
+            .file_name()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        model_sha256: model_sha256(&m.path)?,
+        backend: engine.backend_name(),
+        filter: spec.filter.spec(),
+    };
+    let trace = record(engine.as_mut(), &spec, meta)?;
+    trace.save(&args.output)?;
+    let n: usize = trace.steps.iter().map(|s| s.taps.len()).sum();
+    let toks: Vec<String> = trace
+        .steps
+        .iter()
+        .skip(1)
+        .flat_map(|s| s.tokens.iter().map(|t| t.to_string()))
+        .collect();
+    eprintln!(
+        "wrote {}: {} steps ({} prompt tokens, decode ids [{}]), {n} tensors, backend {}",
+        args.output.display(),
+        trace.steps.len(),
+        spec.prompt.len(),
+        toks.join(","),
+        trace.meta.backend
+    );
+    Ok(())
+}
