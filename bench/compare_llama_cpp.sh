@@ -108,9 +108,10 @@ for t in ours["tests"]:
     b = best.get(t["test"])
     if b:
         print(f"| {t['test']} | {t['tokens_per_s_mean']:.2f} | {b:.2f} | {t['tokens_per_s_mean'] / b:.2f}x |")
-peak = ours.get("peak_rss_bytes")
+peak, rss = ours.get("peak_rss_bytes"), ours.get("rss_bytes")
 if peak:
-    print(f"\nlockstep peak RSS: {peak / 2**20:.1f} MiB")
+    print(f"\nlockstep memory: peak RSS {peak / 2**20:.1f} MiB (includes the mapped model file "
+          f"while loading), RSS after the runs {(rss or 0) / 2**20:.1f} MiB")
 EOF
   rm -f "$ljson" "$sjson"
 done

@@ -302,9 +302,9 @@ impl CpuBackend {
         let rc = if n <= dot::FUSED_MAX_ROWS {
             m / (t * 8)
         } else {
-            16
+            (m / (t * 16)).clamp(8, 32)
         };
-        rc.clamp(4, 64).div_ceil(4) * 4
+        rc.clamp(4, 512).div_ceil(4) * 4
     }
 
     /// Runs `f` on every item, spread over the pool (items must be independent).
