@@ -29,6 +29,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Chat interactively using the model's chat template.
     Chat(cmd::run::ChatArgs),
+    /// Measure prompt processing (pp) and generation (tg) speed, as llama-bench defines them.
+    Bench(cmd::bench::BenchArgs),
     /// Print the token ids of a text.
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Turn token ids back into text.
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => cmd::inspect::run(args),
         Command::Run(args) => cmd::run::run(args),
         Command::Chat(args) => cmd::run::chat(args),
+        Command::Bench(args) => cmd::bench::bench(args),
         Command::Tokenize(args) => cmd::tokenize::tokenize(args),
         Command::Detokenize(args) => cmd::tokenize::detokenize(args),
         Command::Template(args) => cmd::tokenize::template(args),

@@ -203,7 +203,8 @@ fn run<B: Backend>(
         results.push(r);
     }
 
-    let peak = peak_rss_bytes();
+    let peak = proc_status_bytes("VmHWM:");
+    let rss = proc_status_bytes("VmRSS:");
     let model_name = path
         .file_name()
         .map(|s| s.to_string_lossy().into_owned())
@@ -230,6 +231,7 @@ fn run<B: Backend>(
             "kv_type": args.kv_type,
             "repetitions": args.repetitions,
             "peak_rss_bytes": peak,
+            "rss_bytes": rss,
             "tests": tests,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -255,10 +257,11 @@ fn run<B: Backend>(
     Ok(())
 }
 
-/// Peak resident set size of this process, from `/proc/self/status` (Linux).
-fn peak_rss_bytes() -> Option<u64> {
+/// A memory figure of this process (`VmHWM:` = peak resident set, `VmRSS:` = now), from
+/// `/proc/self/status` (Linux).
+fn proc_status_bytes(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
 }

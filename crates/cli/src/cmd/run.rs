@@ -8,6 +8,7 @@ use clap::Args;
 use lockstep_backend_ref::RefBackend;
 use lockstep_engine::{generate, Engine, EngineConfig, SamplingParams};
 use lockstep_gguf::GgufFile;
+use lockstep_graph::Backend;
 use lockstep_models::Model;
 use lockstep_tokenizer::{ChatMessage, ChatTemplate, TemplateSource, Tokenizer};
 
@@ -20,8 +21,8 @@ pub struct ModelArgs {
     /// Where fetched models live (default: $LOCKSTEP_MODELS_DIR or ~/.cache/lockstep/models).
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
-    /// Compute backend.
-    #[arg(long, default_value = "ref", value_parser = ["ref"])]
+    /// Compute backend: `cpu` (quantized kernels, the default) or `ref` (the reference).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref"])]
     pub backend: String,
     /// Context length (tokens).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
@@ -121,21 +122,34 @@ pub struct ChatArgs {
 }
 
 /// A loaded model with its tokenizer and an engine on the chosen backend.
-pub struct Session {
+pub struct Session<B: Backend> {
     pub file: GgufFile,
     pub tokenizer: Tokenizer,
-    pub engine: Engine<RefBackend>,
+    pub engine: Engine<B>,
 }
 
-pub fn load_session(args: &ModelArgs) -> Result<Session> {
+/// Runs `$body` with `$s` bound to a session on the backend `$args.backend` names.
+macro_rules! with_session {
+    ($args:expr, |$s:ident| $body:expr) => {
+        match $args.backend.as_str() {
+            "ref" => {
+                let mut $s = load_session(&$args, RefBackend::new())?;
+                $body
+            }
+            "cpu" => {
+                let mut $s = load_session(&$args, super::bench::make_cpu_backend(None))?;
+                $body
+            }
+            other => bail!("unknown backend `{other}`"),
+        }
+    };
+}
+
+pub fn load_session<B: Backend>(args: &ModelArgs, backend: B) -> Result<Session<B>> {
     let path = crate::resolve_model(&args.model, args.models_dir.as_deref())?;
     let file = GgufFile::open(&path).with_context(|| format!("{}", path.display()))?;
     let tokenizer = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{}: tokenizer", path.display()))?;
-    let backend = match args.backend.as_str() {
-        "ref" => RefBackend::new(),
-        other => bail!("unknown backend `{other}`"),
-    };
     let model = Model::load(&file, &backend).with_context(|| format!("{}", path.display()))?;
     let cfg = EngineConfig {
         n_ctx: args.ctx_size,
@@ -150,7 +164,7 @@ pub fn load_session(args: &ModelArgs) -> Result<Session> {
     })
 }
 
-fn render_chat(s: &Session, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+fn render_chat<B: Backend>(s: &Session<B>, messages: &[ChatMessage]) -> Result<Vec<u32>> {
     let template = ChatTemplate::from_metadata(s.file.metadata(), &s.tokenizer)?;
     if let TemplateSource::Builtin(name) = template.source() {
         eprintln!(
@@ -181,16 +195,19 @@ pub fn run(args: RunArgs) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
-    let mut s = load_session(&args.model)?;
+    with_session!(args.model, |s| run_on(&args, &prompt, &mut s))
+}
+
+fn run_on<B: Backend>(args: &RunArgs, prompt: &str, s: &mut Session<B>) -> Result<()> {
     let ids = if args.chat {
         let mut msgs = Vec::new();
         if let Some(sys) = &args.system {
             msgs.push(ChatMessage::new("system", sys.clone()));
         }
-        msgs.push(ChatMessage::new("user", prompt.clone()));
-        render_chat(&s, &msgs)?
+        msgs.push(ChatMessage::new("user", prompt.to_string()));
+        render_chat(s, &msgs)?
     } else {
-        s.tokenizer.encode(&prompt, true, true)
+        s.tokenizer.encode(prompt, true, true)
     };
     if ids.is_empty() {
         bail!("the prompt tokenized to no tokens");
@@ -203,7 +220,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     out.flush()?;
     let Session {
         tokenizer, engine, ..
-    } = &mut s;
+    } = s;
     let gopts = lockstep_engine::GenerateOptions {
         monitor: lockstep_engine::MonitorConfig {
             enabled: !args.no_monitors,
@@ -233,7 +250,10 @@ pub fn run(args: RunArgs) -> Result<()> {
 }
 
 pub fn chat(args: ChatArgs) -> Result<()> {
-    let mut s = load_session(&args.model)?;
+    with_session!(args.model, |s| chat_on(&args, &mut s))
+}
+
+fn chat_on<B: Backend>(args: &ChatArgs, s: &mut Session<B>) -> Result<()> {
     let params = args.sampling.params();
     let mut messages = Vec::new();
     if let Some(sys) = &args.system {
@@ -255,10 +275,10 @@ pub fn chat(args: ChatArgs) -> Result<()> {
         messages.push(ChatMessage::new("user", line.trim_end().to_string()));
         // The whole conversation is re-rendered and re-evaluated each turn: simple and always
         // exactly what the template says.
-        let ids = render_chat(&s, &messages)?;
+        let ids = render_chat(s, &messages)?;
         let Session {
             tokenizer, engine, ..
-        } = &mut s;
+        } = &mut *s;
         let res = generate(engine, tokenizer, &ids, &params, |t| {
             let _ = write!(out, "{t}");
             let _ = out.flush();
