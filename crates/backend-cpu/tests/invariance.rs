@@ -11,10 +11,6 @@ use common::*;
 use lockstep_engine::{Engine, EngineConfig, Logits, SeqInput};
 use lockstep_graph::{Backend, Taps};
 
-fn bits(x: &[f32]) -> Vec<u32> {
-    x.iter().map(|v| v.to_bits()).collect()
-}
-
 /// Rows compared per prompt: the last `KEEP` (a long prompt's vocabulary-wide logits for
 /// every row would cost more than the rest of the test).
 const KEEP: usize = 40;

@@ -9,10 +9,6 @@ use common::*;
 use lockstep_engine::{Engine, EngineConfig, Logits, SeqInput};
 use lockstep_graph::{Backend, Taps};
 
-fn bits(x: &[f32]) -> Vec<u32> {
-    x.iter().map(|v| v.to_bits()).collect()
-}
-
 /// Logits of every position of `tokens`, evaluated as one prefill.
 fn alone<B: Backend>(e: &mut Engine<B>, tokens: &[u32]) -> Vec<Vec<u32>> {
     let s = e.new_sequence();
