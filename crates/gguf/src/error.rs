@@ -48,6 +48,8 @@ pub enum GgufError {
         offset: u64,
         max_depth: usize,
     },
+    #[error("metadata key `{key}` at offset {offset}: the file holds more than {max} metadata values (refused to bound memory)")]
+    TooManyValues { key: String, offset: u64, max: u64 },
     #[error("duplicate metadata key `{key}` at offset {offset}")]
     DuplicateKey { key: String, offset: u64 },
     #[error("general.alignment = {value} at offset {offset} is invalid (must be a non-zero power of two u32)")]

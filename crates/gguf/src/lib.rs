@@ -12,7 +12,9 @@ mod value;
 mod writer;
 
 pub use error::GgufError;
-pub use reader::{parse, GgufFile, Header, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+pub use reader::{
+    parse, GgufFile, Header, TensorInfo, DEFAULT_ALIGNMENT, GGUF_MAGIC, MAX_METADATA_VALUES,
+};
 pub use value::{Metadata, MetadataError, Value, ValueType};
 pub use writer::{GgufWriter, WriterTensor};
 

@@ -16,6 +16,11 @@ pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// ggml tensors have at most four dimensions.
 const MAX_DIMS: u32 = 4;
+/// A parsed value takes ~32 bytes of memory however few bytes it had in the file, so a file of
+/// nothing but u8 arrays could make the parser allocate ~32x its size. Real files need far
+/// fewer values (gemma3's 262k-token vocabulary, scores and types: under 1M), so the total is
+/// capped at 16M (~512 MiB at most).
+pub const MAX_METADATA_VALUES: u64 = 1 << 24;
 /// Arrays of arrays are legal; bound the depth so a hostile file cannot exhaust the stack.
 const MAX_ARRAY_DEPTH: usize = 8;
 
@@ -79,6 +84,8 @@ impl Header {
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Metadata values still allowed (see [`MAX_METADATA_VALUES`]).
+    values_left: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -156,6 +163,14 @@ impl<'a> Cursor<'a> {
 
     fn value(&mut self, ty: ValueType, key: &str, depth: usize) -> Result<Value, GgufError> {
         let what = || format!("value of `{key}`");
+        if self.values_left == 0 {
+            return Err(GgufError::TooManyValues {
+                key: key.to_string(),
+                offset: self.offset(),
+                max: MAX_METADATA_VALUES,
+            });
+        }
+        self.values_left -= 1;
         Ok(match ty {
             ValueType::U8 => Value::U8(self.array::<1>(&what)?[0]),
             ValueType::I8 => Value::I8(self.array::<1>(&what)?[0] as i8),
@@ -216,7 +231,11 @@ impl<'a> Cursor<'a> {
 /// Every tensor's data range is checked against `bytes.len()`, so after this succeeds,
 /// slicing tensor data cannot go out of bounds.
 pub fn parse(bytes: &[u8]) -> Result<Header, GgufError> {
-    let mut c = Cursor { bytes, pos: 0 };
+    let mut c = Cursor {
+        bytes,
+        pos: 0,
+        values_left: MAX_METADATA_VALUES,
+    };
     let file_len = bytes.len() as u64;
 
     let magic: [u8; 4] = c.array(&|| "magic".to_string())?;

@@ -696,3 +696,27 @@ fn single_byte_corruptions_never_panic() {
         }
     }
 }
+
+#[test]
+fn too_many_metadata_values_are_refused() {
+    // One u8 array with exactly as many elements as the budget: with the array value itself that
+    // is one value too many. Every count is plausible for the file's size, but parsing them all
+    // would allocate ~32 bytes per byte of file; the cap bounds that.
+    let n = lockstep_gguf::MAX_METADATA_VALUES;
+    let key = b"junk.big";
+    let mut f = Vec::new();
+    f.extend_from_slice(b"GGUF");
+    f.extend_from_slice(&3u32.to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes());
+    f.extend_from_slice(&1u64.to_le_bytes());
+    f.extend_from_slice(&(key.len() as u64).to_le_bytes());
+    f.extend_from_slice(key);
+    f.extend_from_slice(&(ValueType::Array as u32).to_le_bytes());
+    f.extend_from_slice(&(ValueType::U8 as u32).to_le_bytes());
+    f.extend_from_slice(&n.to_le_bytes());
+    f.resize(f.len() + n as usize, 1);
+    let e = err(&f);
+    assert!(matches!(e, GgufError::TooManyValues { .. }), "{e}");
+    assert!(e.to_string().contains("junk.big"), "{e}");
+    names_offset(&e, f.len() - 1);
+}
