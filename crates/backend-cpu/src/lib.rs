@@ -910,6 +910,9 @@ impl Backend for CpuBackend {
         if taps.active() {
             let keep_scores =
                 taps.wants_layer(layer, "kq") || taps.wants_layer(layer, "kq_softmax");
+            // Copies of the cache rows read only when asked for: a profiler or a trace of
+            // other taps must not pay for them.
+            let keep_kv = taps.wants_layer(layer, "k_read") || taps.wants_layer(layer, "v_read");
             let mut k_read = Vec::new();
             let mut v_read = Vec::new();
             let mut kq_all = Vec::new();
@@ -917,7 +920,7 @@ impl Backend for CpuBackend {
             let mut s = self.scratch(0);
             for (si, seq) in batch.seqs.iter().enumerate() {
                 let n_kv = seq.kv_slots.len();
-                for &slot in &seq.kv_slots {
+                for &slot in seq.kv_slots.iter().filter(|_| keep_kv) {
                     let off = cache.offset(layer, slot);
                     CpuKvCache::row_f32(&cache.k, off, kv_dim, &mut k_read);
                     CpuKvCache::row_f32(&cache.v, off, kv_dim, &mut v_read);
@@ -936,9 +939,11 @@ impl Backend for CpuBackend {
                 }
             }
             drop(s);
-            let n = k_read.len() / kv_dim.max(1);
-            taps.emit_layer(layer, "k_read", || HostTensor::matrix(n, kv_dim, k_read));
-            taps.emit_layer(layer, "v_read", || HostTensor::matrix(n, kv_dim, v_read));
+            if keep_kv {
+                let n = k_read.len() / kv_dim.max(1);
+                taps.emit_layer(layer, "k_read", || HostTensor::matrix(n, kv_dim, k_read));
+                taps.emit_layer(layer, "v_read", || HostTensor::matrix(n, kv_dim, v_read));
+            }
             if keep_scores {
                 let (a, b) = (kq_all.len(), sm_all.len());
                 taps.emit_layer(layer, "kq", || HostTensor::new(vec![a], kq_all));

@@ -130,11 +130,6 @@ unsafe fn high_bits(qh: u32) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn sc2(a: f32, b: f32) -> __m256 {
-    _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a))
-}
-
-#[inline(always)]
 unsafe fn q4_0(src: *const u8, o: &mut Unpacked) -> usize {
     let d = f16(src);
     o.u[0] = nibbles16(src.add(2));
@@ -192,26 +187,73 @@ unsafe fn iq4_nl(src: *const u8, o: &mut Unpacked) -> usize {
     1
 }
 
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K block, as bytes `[sc0..sc7]`
+/// and `[m0..m7]`: the packing of `get_scale_min_k4`, undone four at a time with word
+/// operations (bytes 0-3 hold the low six bits of scales 0-3, bytes 4-7 those of mins 0-3, the
+/// top two bits of each making up the high bits of scales/mins 4-7, whose low nibbles are
+/// bytes 8-11).
+#[inline(always)]
+unsafe fn k4_scales_mins(p: *const u8) -> (u64, u64) {
+    let w0 = u32::from_le_bytes([*p, *p.add(1), *p.add(2), *p.add(3)]);
+    let w1 = u32::from_le_bytes([*p.add(4), *p.add(5), *p.add(6), *p.add(7)]);
+    let w2 = u32::from_le_bytes([*p.add(8), *p.add(9), *p.add(10), *p.add(11)]);
+    let sc_lo = w0 & 0x3f3f_3f3f;
+    let mn_lo = w1 & 0x3f3f_3f3f;
+    let sc_hi = (w2 & 0x0f0f_0f0f) | (((w0 >> 6) & 0x0303_0303) << 4);
+    let mn_hi = ((w2 >> 4) & 0x0f0f_0f0f) | (((w1 >> 6) & 0x0303_0303) << 4);
+    (
+        u64::from(sc_lo) | (u64::from(sc_hi) << 32),
+        u64::from(mn_lo) | (u64::from(mn_hi) << 32),
+    )
+}
+
+/// Eight unsigned bytes times `d`, as f32 (`d * b as f32`, exactly the scalar products).
+#[inline(always)]
+unsafe fn scaled_u8x8(bytes: u64, d: f32) -> __m256 {
+    let v = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes as i64));
+    _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v))
+}
+
+/// `v[i]` in every lane.
+#[inline(always)]
+unsafe fn lane(v: __m256, i: i32) -> __m256 {
+    _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(i))
+}
+
+/// Lanes 0-3 `v[i]`, lanes 4-7 `v[i + 1]`.
+#[inline(always)]
+unsafe fn lane_pair(v: __m256, i: i32) -> __m256 {
+    _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(i, i, i, i, i + 1, i + 1, i + 1, i + 1))
+}
+
+/// Each of `v`'s eight values twice, in order, into `dst[0..16]`.
+#[inline(always)]
+unsafe fn store_twice(v: __m256, dst: *mut f32) {
+    let lo = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    let hi = _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+    _mm256_storeu_ps(dst, lo);
+    _mm256_storeu_ps(dst.add(8), hi);
+}
+
 #[inline(always)]
 unsafe fn q4_k(src: *const u8, o: &mut Unpacked) -> usize {
-    use lockstep_quant::blocks::{get_scale_min_k4, q4_k::*};
+    use lockstep_quant::blocks::q4_k::*;
     let d = f16(src.add(D));
     let dmin = f16(src.add(DMIN));
-    let mut sm = [0u8; 12];
-    std::ptr::copy_nonoverlapping(src.add(SCALES), sm.as_mut_ptr(), 12);
     let m4 = _mm256_set1_epi8(0x0F);
     for j in 0..4 {
         let q = _mm256_loadu_si256(src.add(QS + 32 * j) as *const __m256i);
         o.u[2 * j] = _mm256_and_si256(q, m4);
         o.u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
     }
+    let (sc, mn) = k4_scales_mins(src.add(SCALES));
+    let scv = scaled_u8x8(sc, d);
+    // -(dmin * m): a sign flip is exact, so this equals the scalar negation.
+    let mnv = _mm256_xor_ps(scaled_u8x8(mn, dmin), _mm256_set1_ps(-0.0));
     for is in 0..8 {
-        let (s, m) = get_scale_min_k4(is, &sm);
-        o.sc[is] = _mm256_set1_ps(d * s as f32);
-        let ml = -(dmin * m as f32);
-        o.mn[2 * is] = ml;
-        o.mn[2 * is + 1] = ml;
+        o.sc[is] = lane(scv, is as i32);
     }
+    store_twice(mnv, o.mn.as_mut_ptr());
     8
 }
 
@@ -234,13 +276,20 @@ unsafe fn q6_k(src: *const u8, o: &mut Unpacked) -> usize {
         o.u[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), h2);
         o.u[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4), h3);
     }
-    let mut dl = [0f32; 16];
-    for (g, v) in dl.iter_mut().enumerate() {
-        *v = d * (*src.add(SCALES + g) as i8) as f32;
-        o.mn[g] = -32.0 * *v;
-    }
-    for i in 0..8 {
-        o.sc[i] = sc2(dl[2 * i], dl[2 * i + 1]);
+    // d * (scale as i8) as f32 for the 16 scales, and mn = -32 * that: the scalar products.
+    let sv = _mm_loadu_si128(src.add(SCALES) as *const __m128i);
+    let dv = _mm256_set1_ps(d);
+    let dl0 = _mm256_mul_ps(dv, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sv)));
+    let dl1 = _mm256_mul_ps(
+        dv,
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128::<8>(sv))),
+    );
+    let m32 = _mm256_set1_ps(-32.0);
+    _mm256_storeu_ps(o.mn.as_mut_ptr(), _mm256_mul_ps(m32, dl0));
+    _mm256_storeu_ps(o.mn.as_mut_ptr().add(8), _mm256_mul_ps(m32, dl1));
+    for i in 0..4 {
+        o.sc[i] = lane_pair(dl0, 2 * i as i32);
+        o.sc[4 + i] = lane_pair(dl1, 2 * i as i32);
     }
     8
 }

@@ -49,6 +49,76 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// After the timed runs, run each test once more with a per-op timer and print where the
+    /// time goes: each op's time is the wall time from the previous tap point to its own tap
+    /// (q/k/v share one point). Never part of the timed figures.
+    #[arg(long)]
+    pub profile: bool,
+}
+
+/// Attributes wall time to taps: whatever ran since the previous tap point belongs to this
+/// one. It asks for no values, so no tensor is copied to the host.
+/// (`wants` takes `&self`, hence the cells.)
+struct OpTimer {
+    last: std::cell::Cell<Instant>,
+    /// `(op name without the layer prefix, seconds, count)` in first-seen order.
+    ops: std::cell::RefCell<Vec<(String, f64, usize)>>,
+}
+
+impl OpTimer {
+    fn new() -> OpTimer {
+        OpTimer {
+            last: std::cell::Cell::new(Instant::now()),
+            ops: std::cell::RefCell::new(Vec::new()),
+        }
+    }
+
+    fn restart(&self) {
+        self.last.set(Instant::now());
+    }
+
+    fn print(&self, test: &str, total: f64) {
+        let ops = self.ops.borrow();
+        println!("\n{test}: time per op (wall, summed over layers), {:.3} ms in all", total * 1e3);
+        let seen: f64 = ops.iter().map(|o| o.1).sum();
+        for (name, t, n) in ops.iter() {
+            println!(
+                "  {name:<16} {:>9.3} ms {:>5.1}%  ({n} calls)",
+                t * 1e3,
+                100.0 * t / total.max(1e-12)
+            );
+        }
+        println!(
+            "  {:<16} {:>9.3} ms {:>5.1}%  (logits to host, engine bookkeeping)",
+            "(after taps)",
+            (total - seen) * 1e3,
+            100.0 * (total - seen) / total.max(1e-12)
+        );
+    }
+}
+
+impl lockstep_graph::TapObserver for OpTimer {
+    fn wants(&self, name: &str) -> bool {
+        let now = Instant::now();
+        let dt = (now - self.last.get()).as_secs_f64();
+        self.last.set(now);
+        // `blk.12.ffn_up` and `blk.3.ffn_up` are one op.
+        let op = match name.strip_prefix("blk.") {
+            Some(rest) => rest.split_once('.').map_or(rest, |(_, op)| op),
+            None => name,
+        };
+        let mut ops = self.ops.borrow_mut();
+        match ops.iter_mut().find(|o| o.0 == op) {
+            Some(o) => {
+                o.1 += dt;
+                o.2 += 1;
+            }
+            None => ops.push((op.to_string(), dt, 1)),
+        }
+        false
+    }
+
+    fn record(&mut self, _name: &str, _value: lockstep_graph::HostTensor) {}
 }
 
 /// The cpu backend with `threads` kernel threads (all cores when `None`) and an f16 KV cache.
@@ -203,6 +273,52 @@ fn run<B: Backend>(
         results.push(r);
     }
 
+    let mut profiles = Vec::new();
+    if args.profile {
+        if args.n_prompt > 0 {
+            let tokens: Vec<u32> = (0..args.n_prompt).map(|_| rng.next(vocab)).collect();
+            let seq = engine.new_sequence();
+            let mut timer = OpTimer::new();
+            let t0 = Instant::now();
+            timer.restart();
+            engine.forward(
+                &[SeqInput {
+                    seq,
+                    tokens: &tokens,
+                    logits: Logits::Last,
+                    mask: None,
+                }],
+                &mut Taps::new(&mut timer),
+            )?;
+            let dt = t0.elapsed().as_secs_f64();
+            engine.free_sequence(seq);
+            profiles.push((format!("pp{}", args.n_prompt), timer, dt));
+        }
+        if args.n_gen > 0 {
+            let seq = engine.new_sequence();
+            let mut timer = OpTimer::new();
+            let mut tok = [rng.next(vocab)];
+            let mut total = 0.0;
+            for _ in 0..args.n_gen {
+                let t0 = Instant::now();
+                timer.restart();
+                engine.forward(
+                    &[SeqInput {
+                        seq,
+                        tokens: &tok,
+                        logits: Logits::Last,
+                        mask: None,
+                    }],
+                    &mut Taps::new(&mut timer),
+                )?;
+                total += t0.elapsed().as_secs_f64();
+                tok[0] = rng.next(vocab);
+            }
+            engine.free_sequence(seq);
+            profiles.push((format!("tg{}", args.n_gen), timer, total));
+        }
+    }
+
     let peak = proc_status_bytes("VmHWM:");
     let rss = proc_status_bytes("VmRSS:");
     let model_name = path
@@ -253,6 +369,9 @@ fn run<B: Backend>(
             ),
             None => println!("\npeak memory: unavailable on this platform"),
         }
+    }
+    for (test, timer, total) in &profiles {
+        timer.print(test, *total);
     }
     Ok(())
 }
