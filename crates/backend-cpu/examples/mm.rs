@@ -46,7 +46,10 @@ fn main() {
     for _ in 0..3 {
         let _ = b.matmul(&x, &w);
     }
-    let reps: usize = std::env::var("MM_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let reps: usize = std::env::var("MM_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
     // Best of 5 batches: the kernel's speed, not the machine's other load.
     let mut best = f64::INFINITY;
     for _ in 0..5 {

@@ -34,6 +34,20 @@ impl Out {
         // SAFETY: `i` is in bounds (checked above) and no other task writes column `j`.
         unsafe { *self.ptr.add(i) = v };
     }
+
+    /// Elements `j0..j0 + len` of row `c`, for the task that owns them.
+    ///
+    /// SAFETY (caller): no other live reference covers these elements (tasks own disjoint
+    /// columns, and the caller holds no other slice of them).
+    #[inline(always)]
+    pub unsafe fn segment<'a>(self, c: usize, j0: usize, len: usize) -> &'a mut [f32] {
+        let i = c * self.m + j0;
+        assert!(
+            j0 + len <= self.m && i + len <= self.len,
+            "matmul output segment out of range"
+        );
+        std::slice::from_raw_parts_mut(self.ptr.add(i), len)
+    }
 }
 
 /// Activation rows quantized to Q8 (see `act`).

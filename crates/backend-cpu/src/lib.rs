@@ -307,6 +307,30 @@ impl CpuBackend {
         rc.clamp(4, 512).div_ceil(4) * 4
     }
 
+    /// `out[c, j] = dot(w row j, x row c)` for weight rows `j0..j0 + rows` of a quantized
+    /// weight: straight from the blocks for small batches, through decoded rows otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn quant_rows(
+        &self,
+        w: &CpuWeight,
+        fam: Family,
+        data: &[u8],
+        qa: &QAct<'_>,
+        j0: usize,
+        rows: usize,
+        o: Out,
+        s: &mut Scratch,
+    ) {
+        let (isa, k, rb) = (self.isa, w.cols, w.row_bytes());
+        let src = &data[j0 * rb..(j0 + rows) * rb];
+        if dot::fused_chunk(isa, w.ty, fam, k, src, rows, qa, o, j0, &mut s.f) {
+            return;
+        }
+        s.dec.reserve(rows, k);
+        decode::decode_rows(isa, w.ty, src, rows, k, &mut s.dec);
+        dot::q8_chunk(isa, fam, k, &s.dec, rows, qa, o, j0);
+    }
+
     /// Runs `f` on every item, spread over the pool (items must be independent).
     fn par_each<T: Send>(&self, items: &mut [T], f: impl Fn(&mut T) + Sync) {
         if items.len() <= 1 {
@@ -576,26 +600,11 @@ impl Backend for CpuBackend {
                     s16: &a.s16,
                     n,
                 };
-                let rb = w.row_bytes();
-                let fam = *fam;
                 self.pool.run(tasks, &|t, wid| {
                     let j0 = t * rc;
                     let rows = rc.min(m - j0);
                     let mut s = self.scratch(wid);
-                    let src = &data[j0 * rb..(j0 + rows) * rb];
-                    if dot::fused_chunk(isa, w.ty, fam, k, src, rows, &qa, o, j0, &mut s.f) {
-                        return;
-                    }
-                    s.dec.reserve(rows, k);
-                    decode::decode_rows(
-                        isa,
-                        w.ty,
-                        &data[j0 * rb..(j0 + rows) * rb],
-                        rows,
-                        k,
-                        &mut s.dec,
-                    );
-                    dot::q8_chunk(isa, fam, k, &s.dec, rows, &qa, o, j0);
+                    self.quant_rows(w, *fam, data, &qa, j0, rows, o, &mut s);
                 });
             }
             WKind::Half { data } => {
@@ -704,6 +713,82 @@ impl Backend for CpuBackend {
             vmath::act_mul(self.isa, &gate.data, &up.data, &mut out, act);
         }
         CpuTensor::new(gate.rows, gate.cols, out)
+    }
+
+    /// Fused: each task computes a block of gate rows and the same block of up rows against
+    /// every activation row, then the activation over that block while it is in cache; one
+    /// dispatch instead of three, one quantization of `x`. Per element the operations are
+    /// those of `matmul` and `act_mul`, so the results are bitwise the unfused ones.
+    fn gate_up_act(
+        &self,
+        x: &CpuTensor,
+        gate: &CpuWeight,
+        up: &CpuWeight,
+        act: Activation,
+    ) -> (CpuTensor, CpuTensor, CpuTensor) {
+        let (WKind::Quant { fam: fg, data: dg }, WKind::Quant { fam: fu, data: du }) =
+            (&gate.kind, &up.kind)
+        else {
+            let g = self.matmul(x, gate);
+            let u = self.matmul(x, up);
+            let a = self.act_mul(&g, &u, act);
+            return (g, u, a);
+        };
+        let (n, k, m) = (x.rows, x.cols, gate.rows);
+        assert!(
+            k == gate.cols && k == up.cols && up.rows == m,
+            "gate_up_act: x has {k} columns, gate is {m} x {}, up is {} x {}",
+            gate.cols,
+            up.rows,
+            up.cols
+        );
+        let mut g = vec![0f32; n * m];
+        let mut u = vec![0f32; n * m];
+        let mut a = vec![0f32; n * m];
+        if n > 0 && m > 0 {
+            let out = |v: &mut Vec<f32>| Out {
+                ptr: v.as_mut_ptr(),
+                m,
+                len: n * m,
+            };
+            let (og, ou, oa) = (out(&mut g), out(&mut u), out(&mut a));
+            let isa = self.isa;
+            let q8 = x.q8.get_or_init(|| {
+                Q8Act::quantize(isa, &x.data, n, k, |jobs| self.par_each(jobs, |j| j.run()))
+            });
+            let qa = QAct {
+                qs: &q8.qs,
+                d: &q8.d,
+                s16: &q8.s16,
+                n,
+            };
+            let rc = self.rows_per_task(m, n);
+            self.pool.run(m.div_ceil(rc), &|t, wid| {
+                let j0 = t * rc;
+                let rows = rc.min(m - j0);
+                let mut s = self.scratch(wid);
+                self.quant_rows(gate, *fg, dg, &qa, j0, rows, og, &mut s);
+                self.quant_rows(up, *fu, du, &qa, j0, rows, ou, &mut s);
+                for c in 0..n {
+                    // SAFETY: this task alone owns columns j0..j0 + rows of the three outputs,
+                    // and these are the only live slices of them.
+                    unsafe {
+                        vmath::act_mul(
+                            isa,
+                            og.segment(c, j0, rows),
+                            ou.segment(c, j0, rows),
+                            oa.segment(c, j0, rows),
+                            act,
+                        );
+                    }
+                }
+            });
+        }
+        (
+            CpuTensor::new(n, m, g),
+            CpuTensor::new(n, m, u),
+            CpuTensor::new(n, m, a),
+        )
     }
 
     fn rope(&self, x: &CpuTensor, positions: &[u32], p: RopeParams) -> CpuTensor {

@@ -110,6 +110,23 @@ pub trait Backend {
     fn scale(&self, x: &Self::Tensor, s: f32) -> Self::Tensor;
     /// `act(gate) * up`, element-wise.
     fn act_mul(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Self::Tensor;
+    /// The gated feed-forward input in one op: `gate = x Wg^T`, `up = x Wu^T` and
+    /// `act(gate) * up`, returned in that order (the products for taps). A backend may fuse
+    /// them (one pass over both weights, the activation applied while the products are in
+    /// cache); its results must be bitwise those of the three separate ops, which is what this
+    /// default does.
+    fn gate_up_act(
+        &self,
+        x: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        act: Activation,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        let g = self.matmul(x, gate);
+        let u = self.matmul(x, up);
+        let a = self.act_mul(&g, &u, act);
+        (g, u, a)
+    }
     /// Rotary embedding of every head of every row, row `i` at `positions[i]`.
     fn rope(&self, x: &Self::Tensor, positions: &[u32], p: RopeParams) -> Self::Tensor;
     /// The rows `rows` of `x`, in that order.

@@ -92,11 +92,10 @@ pub fn forward<B: Backend>(
         // Feed-forward.
         let h = b.rms_norm(&ffn_inp, &w.ffn_norm, cfg.rms_eps);
         taps.emit_layer(il, "ffn_norm", || b.to_host(&h));
-        let gate = b.matmul(&h, &w.ffn_gate);
+        // gate, up and the activation: one op that a backend may fuse.
+        let (gate, up, act) = b.gate_up_act(&h, &w.ffn_gate, &w.ffn_up, cfg.activation);
         taps.emit_layer(il, "ffn_gate", || b.to_host(&gate));
-        let up = b.matmul(&h, &w.ffn_up);
         taps.emit_layer(il, "ffn_up", || b.to_host(&up));
-        let act = b.act_mul(&gate, &up, cfg.activation);
         taps.emit_layer(il, "ffn_act", || b.to_host(&act));
         let mut ffn_out = b.matmul(&act, &w.ffn_down);
         taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));

@@ -79,7 +79,10 @@ impl OpTimer {
 
     fn print(&self, test: &str, total: f64) {
         let ops = self.ops.borrow();
-        println!("\n{test}: time per op (wall, summed over layers), {:.3} ms in all", total * 1e3);
+        println!(
+            "\n{test}: time per op (wall, summed over layers), {:.3} ms in all",
+            total * 1e3
+        );
         let seen: f64 = ops.iter().map(|o| o.1).sum();
         for (name, t, n) in ops.iter() {
             println!(
