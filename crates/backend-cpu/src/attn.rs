@@ -349,9 +349,7 @@ mod tiled {
         out: Out,
     ) {
         let hd = p.head_dim;
-        // Fewer than four queries (decode) would leave tile lanes idle: the generic loop is
-        // faster there, and gives the same bits.
-        if !hd.is_multiple_of(16) || (b.i1 - b.i0) * (b.h1 - b.h0) < 4 {
+        if !hd.is_multiple_of(16) {
             return attend_block_generic::<true>(cache, layer, q, q_dim, p, b, s, out);
         }
         let seq = b.seq;
