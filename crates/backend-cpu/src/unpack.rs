@@ -141,9 +141,16 @@ unsafe fn q4_0(src: *const u8, o: &mut Unpacked) -> usize {
 
 #[inline(always)]
 unsafe fn q4_1(src: *const u8, o: &mut Unpacked) -> usize {
-    let m = f16(src.add(2));
+    // d and m are adjacent halves: one conversion for both.
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes([
+        *src,
+        *src.add(1),
+        *src.add(2),
+        *src.add(3),
+    ])));
+    let m = _mm_cvtss_f32(_mm_movehdup_ps(dm));
     o.u[0] = nibbles16(src.add(4));
-    o.sc[0] = _mm256_set1_ps(f16(src));
+    o.sc[0] = _mm256_broadcastss_ps(dm);
     o.mn[0] = m;
     o.mn[1] = m;
     1
