@@ -200,6 +200,121 @@ fn axpy<const AVX: bool>(e: f32, v: &[f32], acc: &mut [f32]) {
     }
 }
 
+/// A block's queries, numbered `qi` = (row `i0 + qi / nh`, head `h0 + qi % nh`), with the key
+/// range `ranges[qi]` each may see and the union `lo..hi` of those ranges.
+struct Queries {
+    nh: usize,
+    nq: usize,
+    ranges: Vec<(usize, usize)>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Queries {
+    fn new(b: &Block<'_>, p: &AttentionParams) -> Queries {
+        let seq = b.seq;
+        let n_kv = seq.kv_slots.len();
+        let nh = b.h1 - b.h0;
+        let ranges: Vec<(usize, usize)> = (b.i0..b.i1)
+            .flat_map(|i| {
+                let r = key_range(seq.first_pos + i as u32, n_kv, p.window);
+                std::iter::repeat_n(r, nh)
+            })
+            .collect();
+        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+        Queries {
+            nh,
+            nq: ranges.len(),
+            ranges,
+            lo,
+            hi,
+        }
+    }
+
+    fn span(&self) -> usize {
+        self.hi.saturating_sub(self.lo)
+    }
+
+    /// Whether query `qi` may attend to key `j` (its range, then the explicit mask).
+    #[inline(always)]
+    fn visible(&self, b: &Block<'_>, qi: usize, j: usize) -> bool {
+        let (a, z) = self.ranges[qi];
+        if j < a || j >= z {
+            return false;
+        }
+        match &b.seq.mask {
+            Some(m) => m[(b.i0 + qi / self.nh) * b.seq.kv_slots.len() + j],
+            None => true,
+        }
+    }
+
+    /// Batch row and head of query `qi`.
+    #[inline(always)]
+    fn row_head(&self, b: &Block<'_>, qi: usize) -> (usize, usize) {
+        (b.seq.first_row + b.i0 + qi / self.nh, b.h0 + qi % self.nh)
+    }
+
+    /// Query `qi`'s vector.
+    fn q<'q>(&self, b: &Block<'_>, q: &'q [f32], q_dim: usize, hd: usize, qi: usize) -> &'q [f32] {
+        let (row, h) = self.row_head(b, qi);
+        &q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd]
+    }
+
+    /// Softmax numerators in place over each query's own range of `scores` (`[nq, span]`,
+    /// -inf where masked), with `exp(s - max)` and a sequential sum; every weight a query must
+    /// not use ends as 0, so "skip when e == 0" is the whole rule afterwards. Returns the sums
+    /// and whether each query saw any key.
+    fn softmax(&self, isa: Isa, scores: &mut [f32]) -> (Vec<f32>, Vec<bool>) {
+        let span = self.span();
+        let mut sums = vec![0f32; self.nq];
+        let mut any = vec![false; self.nq];
+        for qi in 0..self.nq {
+            let (a, z) = self.ranges[qi];
+            let row = &mut scores[qi * span..(qi + 1) * span];
+            if a < z {
+                let sc = &mut row[a - self.lo..z - self.lo];
+                let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                if max != f32::NEG_INFINITY {
+                    any[qi] = true;
+                    vmath::exp_shifted(isa, sc, max);
+                    let mut sum = 0f32;
+                    for &e in sc.iter() {
+                        sum += e;
+                    }
+                    sums[qi] = sum;
+                }
+            }
+            for (j, e) in row.iter_mut().enumerate() {
+                if !any[qi] || self.lo + j < a || self.lo + j >= z {
+                    *e = 0.0;
+                }
+            }
+        }
+        (sums, any)
+    }
+
+    /// `out[row, head] = acc / sum` (0 for a query that saw no key).
+    fn write_out(
+        &self,
+        b: &Block<'_>,
+        hd: usize,
+        acc: &[f32],
+        sums: &[f32],
+        any: &[bool],
+        out: Out,
+    ) {
+        for qi in 0..self.nq {
+            let (row, h) = self.row_head(b, qi);
+            let inv = 1.0 / sums[qi];
+            for d in 0..hd {
+                let val = if any[qi] { acc[qi * hd + d] * inv } else { 0.0 };
+                out.put(row, h * hd + d, val);
+            }
+        }
+    }
+}
+
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_block_generic<const AVX: bool>(
@@ -215,19 +330,8 @@ fn attend_block_generic<const AVX: bool>(
     let isa = if AVX { Isa::Avx2 } else { Isa::Portable };
     let hd = p.head_dim;
     let seq = b.seq;
-    let n_kv = seq.kv_slots.len();
-    let nh = b.h1 - b.h0;
-    let nq = (b.i1 - b.i0) * nh;
-    // Query vector qi = (row i0 + qi / nh, head h0 + qi % nh).
-    let ranges: Vec<(usize, usize)> = (b.i0..b.i1)
-        .flat_map(|i| {
-            let r = key_range(seq.first_pos + i as u32, n_kv, p.window);
-            std::iter::repeat_n(r, nh)
-        })
-        .collect();
-    let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-    let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-    let span = hi.saturating_sub(lo);
+    let qs = Queries::new(b, p);
+    let (nq, lo, hi, span) = (qs.nq, qs.lo, qs.hi, qs.span());
     let AttnScratch {
         k, v, scores, acc, ..
     } = s;
@@ -237,30 +341,14 @@ fn attend_block_generic<const AVX: bool>(
     scores.resize(nq * span, f32::NEG_INFINITY);
     acc.clear();
     acc.resize(nq * hd, 0.0);
-    let visible = |qi: usize, j: usize| -> bool {
-        let (a, z) = ranges[qi];
-        if j < a || j >= z {
-            return false;
-        }
-        match &seq.mask {
-            Some(m) => m[(b.i0 + qi / nh) * n_kv + j],
-            None => true,
-        }
-    };
-    let qrows: Vec<&[f32]> = (0..nq)
-        .map(|qi| {
-            let row = seq.first_row + b.i0 + qi / nh;
-            let h = b.h0 + qi % nh;
-            &q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd]
-        })
-        .collect();
+    let qrows: Vec<&[f32]> = (0..nq).map(|qi| qs.q(b, q, q_dim, hd, qi)).collect();
     // Scores.
     let mut vis = Vec::with_capacity(nq);
     for j in lo..hi {
         let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
         load_row::<AVX>(&cache.k, o, k);
         vis.clear();
-        vis.extend((0..nq).filter(|&qi| visible(qi, j)));
+        vis.extend((0..nq).filter(|&qi| qs.visible(b, qi, j)));
         let mut g = vis.chunks_exact(4);
         for c in &mut g {
             let d = dot4::<AVX>([qrows[c[0]], qrows[c[1]], qrows[c[2]], qrows[c[3]]], k);
@@ -272,54 +360,22 @@ fn attend_block_generic<const AVX: bool>(
             scores[qi * span + (j - lo)] = dot::<AVX>(qrows[qi], k) * p.scale;
         }
     }
-    // Softmax numerators and sums, per query over its own range.
-    let mut sums = vec![0f32; nq];
-    let mut any = vec![false; nq];
-    for qi in 0..nq {
-        let (a, z) = ranges[qi];
-        if a >= z {
-            continue;
-        }
-        let sc = &mut scores[qi * span + (a - lo)..qi * span + (z - lo)];
-        let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        if max == f32::NEG_INFINITY {
-            continue;
-        }
-        any[qi] = true;
-        vmath::exp_shifted(isa, sc, max);
-        let mut sum = 0f32;
-        for &e in sc.iter() {
-            sum += e;
-        }
-        sums[qi] = sum;
-    }
-    // Weighted values.
+    let (sums, any) = qs.softmax(isa, scores);
+    // Weighted values, keys in ascending order.
     for j in lo..hi {
-        if !(0..nq).any(|qi| any[qi] && visible(qi, j)) {
+        if (0..nq).all(|qi| scores[qi * span + (j - lo)] == 0.0) {
             continue;
         }
         let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
         load_row::<AVX>(&cache.v, o, v);
         for qi in 0..nq {
-            let (a, z) = ranges[qi];
-            if !any[qi] || j < a || j >= z {
-                continue;
-            }
             let e = scores[qi * span + (j - lo)];
             if e != 0.0 {
                 axpy::<AVX>(e, v, &mut acc[qi * hd..(qi + 1) * hd]);
             }
         }
     }
-    for qi in 0..nq {
-        let row = seq.first_row + b.i0 + qi / nh;
-        let h = b.h0 + qi % nh;
-        let inv = 1.0 / sums[qi];
-        for d in 0..hd {
-            let val = if any[qi] { acc[qi * hd + d] * inv } else { 0.0 };
-            out.put(row, h * hd + d, val);
-        }
-    }
+    qs.write_out(b, hd, acc, &sums, &any, out);
 }
 
 /// The AVX2 kernel: the same arithmetic as `attend_block_generic` per output element, register
@@ -353,18 +409,8 @@ mod tiled {
             return attend_block_generic::<true>(cache, layer, q, q_dim, p, b, s, out);
         }
         let seq = b.seq;
-        let n_kv = seq.kv_slots.len();
-        let nh = b.h1 - b.h0;
-        let nq = (b.i1 - b.i0) * nh;
-        let ranges: Vec<(usize, usize)> = (b.i0..b.i1)
-            .flat_map(|i| {
-                let r = key_range(seq.first_pos + i as u32, n_kv, p.window);
-                std::iter::repeat_n(r, nh)
-            })
-            .collect();
-        let lo = ranges.iter().map(|r| r.0).min().unwrap_or(0);
-        let hi = ranges.iter().map(|r| r.1).max().unwrap_or(0);
-        let span = hi.saturating_sub(lo);
+        let qs = Queries::new(b, p);
+        let (nq, lo, hi, span) = (qs.nq, qs.lo, qs.hi, qs.span());
         let AttnScratch {
             scores, acc, rows, ..
         } = s;
@@ -373,21 +419,7 @@ mod tiled {
         acc.clear();
         acc.resize(nq * hd, 0.0);
         rows.resize(KC * hd, 0.0);
-        let visible = |qi: usize, j: usize| -> bool {
-            let (a, z) = ranges[qi];
-            if j < a || j >= z {
-                return false;
-            }
-            match &seq.mask {
-                Some(m) => m[(b.i0 + qi / nh) * n_kv + j],
-                None => true,
-            }
-        };
-        let qrow = |qi: usize| -> *const f32 {
-            let row = seq.first_row + b.i0 + qi / nh;
-            let h = b.h0 + qi % nh;
-            q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd].as_ptr()
-        };
+        let qrow = |qi: usize| -> *const f32 { qs.q(b, q, q_dim, hd, qi).as_ptr() };
         let load_chunk = |store: &KvStore, j0: usize, j1: usize, rows: &mut [f32]| {
             for j in j0..j1 {
                 let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
@@ -423,7 +455,7 @@ mod tiled {
                     }
                     for i in 0..qn {
                         for t in 0..jn {
-                            if visible(q0 + i, j + t) {
+                            if qs.visible(b, q0 + i, j + t) {
                                 scores[(q0 + i) * span + (j + t - lo)] =
                                     crate::dot::avx2::hsum(a[i][t]) * p.scale;
                             }
@@ -435,32 +467,7 @@ mod tiled {
             }
         }
 
-        // Softmax numerators and sums, exactly as the generic kernel; then every weight a query
-        // must not use becomes 0 so that "skip when e == 0" is the whole rule.
-        let mut sums = vec![0f32; nq];
-        let mut any = vec![false; nq];
-        for qi in 0..nq {
-            let (a, z) = ranges[qi];
-            let row = &mut scores[qi * span..(qi + 1) * span];
-            if a < z {
-                let sc = &mut row[a - lo..z - lo];
-                let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                if max != f32::NEG_INFINITY {
-                    any[qi] = true;
-                    vmath::exp_shifted(Isa::Avx2, sc, max);
-                    let mut sum = 0f32;
-                    for &e in sc.iter() {
-                        sum += e;
-                    }
-                    sums[qi] = sum;
-                }
-            }
-            for (j, e) in row.iter_mut().enumerate() {
-                if !any[qi] || lo + j < a || lo + j >= z {
-                    *e = 0.0;
-                }
-            }
-        }
+        let (sums, any) = qs.softmax(Isa::Avx2, scores);
 
         // Weighted values.
         for j0 in (lo..hi).step_by(KC) {
@@ -519,14 +526,6 @@ mod tiled {
                 q0 += qn;
             }
         }
-        for qi in 0..nq {
-            let row = seq.first_row + b.i0 + qi / nh;
-            let h = b.h0 + qi % nh;
-            let inv = 1.0 / sums[qi];
-            for d in 0..hd {
-                let val = if any[qi] { acc[qi * hd + d] * inv } else { 0.0 };
-                out.put(row, h * hd + d, val);
-            }
-        }
+        qs.write_out(b, hd, acc, &sums, &any, out);
     }
 }

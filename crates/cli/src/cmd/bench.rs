@@ -77,30 +77,38 @@ impl OpTimer {
         self.last.set(Instant::now());
     }
 
-    fn print(&self, test: &str, total: f64) {
+    /// The table as text (printed to stdout, or to stderr under `--json`).
+    fn report(&self, test: &str, total: f64) -> String {
+        use std::fmt::Write as _;
+        let mut o = String::new();
         let ops = self.ops.borrow();
-        println!(
+        let _ = writeln!(
+            o,
             "\n{test}: time per op (wall, summed over layers), {:.3} ms in all",
             total * 1e3
         );
-        let seen: f64 = ops.iter().map(|o| o.1).sum();
+        let seen: f64 = ops.iter().map(|op| op.1).sum();
         for (name, t, n) in ops.iter() {
-            println!(
+            let _ = writeln!(
+                o,
                 "  {name:<16} {:>9.3} ms {:>5.1}%  ({n} calls)",
                 t * 1e3,
                 100.0 * t / total.max(1e-12)
             );
         }
-        println!(
+        let _ = writeln!(
+            o,
             "  {:<16} {:>9.3} ms {:>5.1}%  (logits to host, engine bookkeeping)",
             "(after taps)",
             (total - seen) * 1e3,
             100.0 * (total - seen) / total.max(1e-12)
         );
+        o
     }
 }
 
-impl lockstep_graph::TapObserver for OpTimer {
+// On a shared reference, so that the tg loop can restart the clock while the taps hold it.
+impl lockstep_graph::TapObserver for &OpTimer {
     fn wants(&self, name: &str) -> bool {
         let now = Instant::now();
         let dt = (now - self.last.get()).as_secs_f64();
@@ -182,6 +190,62 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
 }
 
+/// One pp test: `n` random tokens in one batch from an empty cache; returns the seconds taken.
+fn pp_once<B: Backend>(
+    engine: &mut Engine<B>,
+    n: usize,
+    rng: &mut Tokens,
+    taps: &mut Taps<'_>,
+) -> Result<f64> {
+    let tokens: Vec<u32> = (0..n).map(|_| rng.next(engine.n_vocab())).collect();
+    let seq = engine.new_sequence();
+    let t0 = Instant::now();
+    engine.forward(
+        &[SeqInput {
+            seq,
+            tokens: &tokens,
+            logits: Logits::Last,
+            mask: None,
+        }],
+        taps,
+    )?;
+    let dt = t0.elapsed().as_secs_f64();
+    engine.free_sequence(seq);
+    Ok(dt)
+}
+
+/// One tg test: `n` random tokens one forward at a time from an empty cache; returns the
+/// seconds spent in the forwards. `before_step` runs, untimed, before each one.
+fn tg_once<B: Backend>(
+    engine: &mut Engine<B>,
+    n: usize,
+    rng: &mut Tokens,
+    taps: &mut Taps<'_>,
+    mut before_step: impl FnMut(),
+) -> Result<f64> {
+    let vocab = engine.n_vocab();
+    let seq = engine.new_sequence();
+    let mut tok = [rng.next(vocab)];
+    let mut total = 0.0;
+    for _ in 0..n {
+        before_step();
+        let t0 = Instant::now();
+        engine.forward(
+            &[SeqInput {
+                seq,
+                tokens: &tok,
+                logits: Logits::Last,
+                mask: None,
+            }],
+            taps,
+        )?;
+        total += t0.elapsed().as_secs_f64();
+        tok[0] = rng.next(vocab);
+    }
+    engine.free_sequence(seq);
+    Ok(total)
+}
+
 /// A deterministic stream of token ids (xorshift), as llama-bench feeds random tokens.
 struct Tokens(u64);
 
@@ -214,7 +278,6 @@ fn run<B: Backend>(
         },
     )?;
     drop(file);
-    let vocab = engine.n_vocab();
     let mut rng = Tokens(0x9E37_79B9_7F4A_7C15);
     let mut results = Vec::new();
 
@@ -225,20 +288,7 @@ fn run<B: Backend>(
             samples: Vec::new(),
         };
         for rep in 0..=args.repetitions {
-            let tokens: Vec<u32> = (0..args.n_prompt).map(|_| rng.next(vocab)).collect();
-            let seq = engine.new_sequence();
-            let t0 = Instant::now();
-            engine.forward(
-                &[SeqInput {
-                    seq,
-                    tokens: &tokens,
-                    logits: Logits::Last,
-                    mask: None,
-                }],
-                &mut Taps::none(),
-            )?;
-            let dt = t0.elapsed().as_secs_f64();
-            engine.free_sequence(seq);
+            let dt = pp_once(&mut engine, args.n_prompt, &mut rng, &mut Taps::none())?;
             if rep > 0 {
                 r.samples.push(args.n_prompt as f64 / dt);
             }
@@ -252,23 +302,7 @@ fn run<B: Backend>(
             samples: Vec::new(),
         };
         for rep in 0..=args.repetitions {
-            let seq = engine.new_sequence();
-            let mut tok = [rng.next(vocab)];
-            let t0 = Instant::now();
-            for _ in 0..args.n_gen {
-                engine.forward(
-                    &[SeqInput {
-                        seq,
-                        tokens: &tok,
-                        logits: Logits::Last,
-                        mask: None,
-                    }],
-                    &mut Taps::none(),
-                )?;
-                tok[0] = rng.next(vocab);
-            }
-            let dt = t0.elapsed().as_secs_f64();
-            engine.free_sequence(seq);
+            let dt = tg_once(&mut engine, args.n_gen, &mut rng, &mut Taps::none(), || {})?;
             if rep > 0 {
                 r.samples.push(args.n_gen as f64 / dt);
             }
@@ -279,46 +313,28 @@ fn run<B: Backend>(
     let mut profiles = Vec::new();
     if args.profile {
         if args.n_prompt > 0 {
-            let tokens: Vec<u32> = (0..args.n_prompt).map(|_| rng.next(vocab)).collect();
-            let seq = engine.new_sequence();
-            let mut timer = OpTimer::new();
-            let t0 = Instant::now();
-            timer.restart();
-            engine.forward(
-                &[SeqInput {
-                    seq,
-                    tokens: &tokens,
-                    logits: Logits::Last,
-                    mask: None,
-                }],
-                &mut Taps::new(&mut timer),
+            let timer = OpTimer::new();
+            let mut obs = &timer;
+            let dt = pp_once(
+                &mut engine,
+                args.n_prompt,
+                &mut rng,
+                &mut Taps::new(&mut obs),
             )?;
-            let dt = t0.elapsed().as_secs_f64();
-            engine.free_sequence(seq);
             profiles.push((format!("pp{}", args.n_prompt), timer, dt));
         }
         if args.n_gen > 0 {
-            let seq = engine.new_sequence();
-            let mut timer = OpTimer::new();
-            let mut tok = [rng.next(vocab)];
-            let mut total = 0.0;
-            for _ in 0..args.n_gen {
-                let t0 = Instant::now();
-                timer.restart();
-                engine.forward(
-                    &[SeqInput {
-                        seq,
-                        tokens: &tok,
-                        logits: Logits::Last,
-                        mask: None,
-                    }],
-                    &mut Taps::new(&mut timer),
-                )?;
-                total += t0.elapsed().as_secs_f64();
-                tok[0] = rng.next(vocab);
-            }
-            engine.free_sequence(seq);
-            profiles.push((format!("tg{}", args.n_gen), timer, total));
+            let timer = OpTimer::new();
+            // Each step's clock starts at the forward, not at the previous step's last tap.
+            let mut obs = &timer;
+            let dt = tg_once(
+                &mut engine,
+                args.n_gen,
+                &mut rng,
+                &mut Taps::new(&mut obs),
+                || timer.restart(),
+            )?;
+            profiles.push((format!("tg{}", args.n_gen), timer, dt));
         }
     }
 
@@ -374,7 +390,12 @@ fn run<B: Backend>(
         }
     }
     for (test, timer, total) in &profiles {
-        timer.print(test, *total);
+        let text = timer.report(test, *total);
+        if args.json {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
     }
     Ok(())
 }
