@@ -16,6 +16,29 @@ pub struct Q8Act {
     pub d: Vec<f32>,
     /// `d * sum(q)` per 16 values, zero-padded to `pad16(k)` per row.
     pub s16: Vec<f32>,
+    /// The pair layout the AVX2 pair kernels read (empty unless asked for): per 64 values,
+    /// blocks A and B as `A[0..16] B[0..16] A[16..32] B[16..32]`, and per pair the scales
+    /// `[dA x4, dB x4]` (see `dot`).
+    pub xp: Vec<i8>,
+    pub d8: Vec<f32>,
+}
+
+/// The pair layout of one row: `xp`, `d8` from the natural `q`, `d` (k a multiple of 64).
+#[inline(always)]
+fn pair_layout(q: &[i8], d: &[f32], xp: &mut [i8], d8: &mut [f32]) {
+    for (((q, d), xp), d8) in q
+        .chunks_exact(64)
+        .zip(d.chunks_exact(2))
+        .zip(xp.chunks_exact_mut(64))
+        .zip(d8.chunks_exact_mut(8))
+    {
+        xp[..16].copy_from_slice(&q[..16]);
+        xp[16..32].copy_from_slice(&q[32..48]);
+        xp[32..48].copy_from_slice(&q[16..32]);
+        xp[48..].copy_from_slice(&q[48..]);
+        d8[..4].fill(d[0]);
+        d8[4..].fill(d[1]);
+    }
 }
 
 /// Number of 16-value groups of a row of `k`, rounded up to a multiple of 8 (whole vectors).
@@ -23,39 +46,70 @@ pub fn pad16(k: usize) -> usize {
     (k / 16).div_ceil(8) * 8
 }
 
+/// Activation rows quantized per job.
+const ROWS: usize = 16;
+
 impl Q8Act {
+    /// The kernels' view of the first `n` rows.
+    pub fn view(&self, n: usize) -> crate::dot::QAct<'_> {
+        crate::dot::QAct {
+            qs: &self.qs,
+            d: &self.d,
+            s16: &self.s16,
+            xp: &self.xp,
+            d8: &self.d8,
+            n,
+        }
+    }
+
     /// `par` runs a list of independent jobs (possibly in parallel); rows never interact, so
-    /// the result does not depend on how they are spread.
+    /// the result does not depend on how they are spread. `pairs` asks for the pair layout too
+    /// (k must then be a multiple of 64).
     pub fn quantize(
         isa: Isa,
         x: &[f32],
         rows: usize,
         k: usize,
+        pairs: bool,
         par: impl FnOnce(&mut [RowJob<'_>]),
     ) -> Q8Act {
         debug_assert_eq!(k % 32, 0);
         debug_assert_eq!(x.len(), rows * k);
+        assert!(
+            !pairs || k.is_multiple_of(64),
+            "pair layout needs rows of whole pairs"
+        );
         let p16 = pad16(k);
+        let pk = if pairs { k } else { 0 };
         let mut a = Q8Act {
             qs: vec![0; rows * k],
             d: vec![0.0; rows * k / 32],
             s16: vec![0.0; rows * p16],
+            xp: vec![0; rows * pk],
+            d8: vec![0.0; rows * pk / 8],
         };
-        const ROWS: usize = 16;
-        let mut jobs: Vec<RowJob<'_>> = x
-            .chunks(ROWS * k)
-            .zip(a.qs.chunks_mut(ROWS * k))
-            .zip(a.d.chunks_mut(ROWS * k / 32))
-            .zip(a.s16.chunks_mut(ROWS * p16))
-            .map(|(((x, qs), d), s16)| RowJob {
+        let mut jobs = Vec::with_capacity(rows.div_ceil(ROWS));
+        let (mut qs, mut d, mut s16) = (&mut a.qs[..], &mut a.d[..], &mut a.s16[..]);
+        let (mut xp, mut d8) = (&mut a.xp[..], &mut a.d8[..]);
+        for x in x.chunks(ROWS * k) {
+            let r = x.len() / k;
+            let (q0, q1) = std::mem::take(&mut qs).split_at_mut(r * k);
+            let (d0, d1) = std::mem::take(&mut d).split_at_mut(r * k / 32);
+            let (s0, s1) = std::mem::take(&mut s16).split_at_mut(r * p16);
+            let (x0, x1) = std::mem::take(&mut xp).split_at_mut(r * pk);
+            let (e0, e1) = std::mem::take(&mut d8).split_at_mut(r * pk / 8);
+            (qs, d, s16, xp, d8) = (q1, d1, s1, x1, e1);
+            jobs.push(RowJob {
                 isa,
                 k,
                 x,
-                qs,
-                d,
-                s16,
-            })
-            .collect();
+                qs: q0,
+                d: d0,
+                s16: s0,
+                xp: x0,
+                d8: e0,
+            });
+        }
         par(&mut jobs);
         drop(jobs);
         a
@@ -70,11 +124,14 @@ pub struct RowJob<'a> {
     qs: &'a mut [i8],
     d: &'a mut [f32],
     s16: &'a mut [f32],
+    xp: &'a mut [i8],
+    d8: &'a mut [f32],
 }
 
 impl RowJob<'_> {
     pub fn run(&mut self) {
         let (k, p16) = (self.k, pad16(self.k));
+        let pairs = !self.xp.is_empty();
         for r in 0..self.x.len() / k {
             let xr = &self.x[r * k..(r + 1) * k];
             let q = &mut self.qs[r * k..(r + 1) * k];
@@ -85,6 +142,14 @@ impl RowJob<'_> {
                 // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
                 Isa::Avx2 => unsafe { quantize_row_avx2(xr, q, d, s) },
                 _ => quantize_row(xr, q, d, s),
+            }
+            if pairs {
+                pair_layout(
+                    q,
+                    d,
+                    &mut self.xp[r * k..(r + 1) * k],
+                    &mut self.d8[r * k / 8..(r + 1) * k / 8],
+                );
             }
         }
     }

@@ -35,6 +35,15 @@ pub fn family(ty: GgmlType) -> Option<Family> {
     }
 }
 
+/// Whether matmuls against `ty` with rows of `k` values use the pair scheme (see `dot`): the
+/// types whose scale is constant over each 32 values, when a row is whole pairs of blocks.
+/// The choice depends on nothing else (not the kernel build, not the batch), so every path
+/// computes the same sums.
+pub fn pair_scheme(ty: GgmlType, k: usize) -> bool {
+    use GgmlType::*;
+    k.is_multiple_of(64) && matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Iq4Nl)
+}
+
 /// Where one row's decoded data lives inside the scratch buffers.
 pub struct Decoded {
     pub qs: Vec<u8>,
@@ -70,9 +79,32 @@ impl Decoded {
 
 /// Decodes `rows` consecutive rows of `k` values of type `ty` from `src` into `out` (which
 /// must have been `reserve`d for them).
+///
+/// Under the pair scheme the AVX2 build writes the pair layout: per 64 values the bytes of
+/// `Pairs::v` (A's values 0-15, B's 0-15, A's 16-31, B's 16-31) and, at `sc8[8 p..]` of the
+/// row, the scale vector `[scA x4, scB x4]`. The portable build keeps the natural layout.
 pub fn decode_rows(isa: Isa, ty: GgmlType, src: &[u8], rows: usize, k: usize, out: &mut Decoded) {
     let rb = k / ty.block_size() * ty.type_size();
     let p16 = pad16(k);
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && pair_scheme(ty, k) {
+        for r in 0..rows {
+            let s = &src[r * rb..(r + 1) * rb];
+            let q = &mut out.qs[r * k..(r + 1) * k];
+            let sc = &mut out.sc8[r * k / 4..(r + 1) * k / 4];
+            let mn = &mut out.mn[r * p16..r * p16 + k / 16];
+            crate::unpack::with_pair_unpacker!(ty, T =>
+            // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C;
+            // the row holds whole blocks (checked at load).
+            unsafe { decode_row_pairs::<T>(s, q, sc, mn) },
+            _ => {
+                // SAFETY: as above.
+                unsafe { decode_row_avx2(ty, s, q, sc, mn) };
+                to_pair_layout(q, sc);
+            })
+        }
+        return;
+    }
     for r in 0..rows {
         let s = &src[r * rb..(r + 1) * rb];
         let q = &mut out.qs[r * k..(r + 1) * k];
@@ -124,6 +156,47 @@ unsafe fn decode_row_unpack<T: crate::unpack::Unpack>(
             _mm256_storeu_ps(sc.as_mut_ptr().add(e / 4), o.sc[i]);
         }
         mn[b * bs / 16..(b + 1) * bs / 16].copy_from_slice(&o.mn[..bs / 16]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_row_pairs<T: crate::unpack::PairUnpack>(
+    s: &[u8],
+    q: &mut [u8],
+    sc: &mut [f32],
+    mn: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (bs, ts) = (T::BS, T::TS);
+    let nb = q.len() / bs;
+    assert!(s.len() >= nb * ts && sc.len() >= q.len() / 8 && mn.len() >= q.len() / 16);
+    let mut o = crate::unpack::Pairs::new();
+    for b in 0..nb {
+        T::unpack(s.as_ptr().add(b * ts), &mut o);
+        for i in 0..bs / 64 {
+            let e = b * bs + 64 * i;
+            _mm256_storeu_si256(q.as_mut_ptr().add(e) as *mut __m256i, o.v[i][0]);
+            _mm256_storeu_si256(q.as_mut_ptr().add(e + 32) as *mut __m256i, o.v[i][1]);
+            _mm256_storeu_ps(sc.as_mut_ptr().add(e / 8), o.sc[i]);
+        }
+        mn[b * bs / 16..(b + 1) * bs / 16].copy_from_slice(&o.mn[..bs / 16]);
+    }
+}
+
+/// Rewrites a naturally decoded row (`q`, `sc` as `decode_row` writes them) into the pair
+/// layout, in place: pair `p` reads `sc[16 p..]` before writing `sc[8 p..8 p + 8]`, and later
+/// pairs read only beyond what earlier ones wrote.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn to_pair_layout(q: &mut [u8], sc: &mut [f32]) {
+    for (p, qp) in q.chunks_exact_mut(64).enumerate() {
+        let mut t = [0u8; 64];
+        t.copy_from_slice(qp);
+        qp[16..32].copy_from_slice(&t[32..48]);
+        qp[32..48].copy_from_slice(&t[16..32]);
+        let (a, b) = (sc[16 * p], sc[16 * p + 8]);
+        sc[8 * p..8 * p + 4].fill(a);
+        sc[8 * p + 4..8 * p + 8].fill(b);
     }
 }
 
@@ -451,12 +524,17 @@ mod tests {
             GgmlType::Iq4Nl,
             GgmlType::Iq4Xs,
         ];
-        let k = 512;
-        let rows = 3;
-        let x: Vec<f32> = (0..rows * k)
-            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 0.01 * (1.0 + (i / k) as f32))
-            .collect();
-        for ty in types {
+        // 512: whole pairs (the pair layout for its types); 288: an odd number of blocks.
+        for (k, ty) in types.iter().map(|&t| (512, t)).chain(
+            types
+                .iter()
+                .filter(|t| t.block_size() == 32)
+                .map(|&t| (288, t)),
+        ) {
+            let rows = 3;
+            let x: Vec<f32> = (0..rows * k)
+                .map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 0.01 * (1.0 + (i / k) as f32))
+                .collect();
             let src = lockstep_quant::quantize(ty, &x, x.len()).expect("quantize");
             let want = lockstep_quant::dequantize(ty, &src, x.len()).expect("dequantize");
             for isa in Isa::available() {
@@ -464,10 +542,20 @@ mod tests {
                 d.reserve(rows, k);
                 decode_rows(isa, ty, &src, rows, k, &mut d);
                 let p16 = pad16(k);
+                let pairs = isa == Isa::Avx2 && pair_scheme(ty, k);
                 for r in 0..rows {
                     for i in 0..k {
-                        let sc = d.sc8[r * k / 4 + (i / 32) * 8 + (i % 32) / 16 * 4];
-                        let u = d.qs[r * k + i];
+                        let (blk, t) = (i / 32, i % 32);
+                        let (sc, u) = if pairs {
+                            // Pair layout: pair p = blk / 2 holds A (even) and B (odd) blocks.
+                            let (p, ab) = (blk / 2, blk % 2);
+                            (
+                                d.sc8[r * k / 4 + 8 * p + 4 * ab],
+                                d.qs[r * k + 64 * p + 32 * (t / 16) + 16 * ab + t % 16],
+                            )
+                        } else {
+                            (d.sc8[r * k / 4 + blk * 8 + t / 16 * 4], d.qs[r * k + i])
+                        };
                         let got = match family(ty) {
                             Some(Family::U) => (u as f32 * sc + d.mn[r * p16 + i / 16]).to_bits(),
                             _ => ((u as i8) as f32 * sc).to_bits(),

@@ -323,12 +323,25 @@ impl CpuBackend {
     ) {
         let (isa, k, rb) = (self.isa, w.cols, w.row_bytes());
         let src = &data[j0 * rb..(j0 + rows) * rb];
-        if dot::fused_chunk(isa, w.ty, fam, k, src, rows, qa, o, j0, &mut s.f) {
+        let pair = decode::pair_scheme(w.ty, k);
+        if dot::fused_chunk(isa, w.ty, fam, pair, k, src, rows, qa, o, j0, &mut s.f) {
             return;
         }
         s.dec.reserve(rows, k);
         decode::decode_rows(isa, w.ty, src, rows, k, &mut s.dec);
-        dot::q8_chunk(isa, fam, k, &s.dec, rows, qa, o, j0);
+        dot::q8_chunk(isa, fam, pair, k, &s.dec, rows, qa, o, j0);
+    }
+
+    /// `x` quantized for the int8 kernels (once, shared by every matmul that reads it), with
+    /// the pair layout when the AVX2 pair kernels may read it.
+    fn q8<'a>(&self, x: &'a CpuTensor) -> &'a Q8Act {
+        let (n, k) = (x.rows, x.cols);
+        let pairs = self.isa == Isa::Avx2 && k.is_multiple_of(64);
+        x.q8.get_or_init(|| {
+            Q8Act::quantize(self.isa, &x.data, n, k, pairs, |jobs| {
+                self.par_each(jobs, |j| j.run())
+            })
+        })
     }
 
     /// Runs `f` on every item, spread over the pool (items must be independent).
@@ -591,15 +604,8 @@ impl Backend for CpuBackend {
         let isa = self.isa;
         match &w.kind {
             WKind::Quant { fam, data } => {
-                let a = x.q8.get_or_init(|| {
-                    Q8Act::quantize(isa, &x.data, n, k, |jobs| self.par_each(jobs, |j| j.run()))
-                });
-                let qa = QAct {
-                    qs: &a.qs,
-                    d: &a.d,
-                    s16: &a.s16,
-                    n,
-                };
+                let a = self.q8(x);
+                let qa = a.view(n);
                 self.pool.run(tasks, &|t, wid| {
                     let j0 = t * rc;
                     let rows = rc.min(m - j0);
@@ -753,15 +759,7 @@ impl Backend for CpuBackend {
             };
             let (og, ou, oa) = (out(&mut g), out(&mut u), out(&mut a));
             let isa = self.isa;
-            let q8 = x.q8.get_or_init(|| {
-                Q8Act::quantize(isa, &x.data, n, k, |jobs| self.par_each(jobs, |j| j.run()))
-            });
-            let qa = QAct {
-                qs: &q8.qs,
-                d: &q8.d,
-                s16: &q8.s16,
-                n,
-            };
+            let qa = self.q8(x).view(n);
             let rc = self.rows_per_task(m, n);
             self.pool.run(m.div_ceil(rc), &|t, wid| {
                 let j0 = t * rc;
