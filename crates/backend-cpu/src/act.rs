@@ -155,10 +155,57 @@ impl RowJob<'_> {
     }
 }
 
+/// `quantize_row` with explicit AVX2 (the compiler vectorized the portable loops across blocks
+/// with strided gathers and byte-wise stores): the same IEEE operations per value, so the same
+/// bits. NaN and infinite products are mapped as the portable `as i32` cast and clamp map them
+/// (NaN to 0, the infinities to -127/127) before the conversion.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn quantize_row_avx2(x: &[f32], q: &mut [i8], d: &mut [f32], s: &mut [f32]) {
-    quantize_row(x, q, d, s)
+    use std::arch::x86_64::*;
+    let nb = x.len() / 32;
+    assert!(q.len() >= nb * 32 && d.len() >= nb && s.len() >= 2 * nb);
+    let abs_mask = _mm256_set1_epi32(0x7fff_ffff);
+    let (lo, hi) = (_mm256_set1_ps(-127.0), _mm256_set1_ps(127.0));
+    let hsum = |v: __m256i| -> i32 {
+        let t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b01_00_11_10>(t));
+        let t = _mm_add_epi32(t, _mm_shuffle_epi32::<0b10_11_00_01>(t));
+        _mm_cvtsi128_si32(t)
+    };
+    for b in 0..nb {
+        let xp = x.as_ptr().add(32 * b);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xp.add(8 * i)));
+        // |x| as bits, integer max (sign bit cleared, so signed max orders them as unsigned).
+        let a: [__m256i; 4] =
+            std::array::from_fn(|i| _mm256_and_si256(_mm256_castps_si256(v[i]), abs_mask));
+        let m = _mm256_max_epi32(_mm256_max_epi32(a[0], a[1]), _mm256_max_epi32(a[2], a[3]));
+        let m = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256::<1>(m));
+        let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b01_00_11_10>(m));
+        let m = _mm_max_epi32(m, _mm_shuffle_epi32::<0b10_11_00_01>(m));
+        let amax = f32::from_bits(_mm_cvtsi128_si32(m) as u32);
+        let dd = amax / 127.0;
+        let id = if dd != 0.0 { 1.0 / dd } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let c: [__m256i; 4] = std::array::from_fn(|i| {
+            let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                _mm256_mul_ps(v[i], idv),
+            );
+            let r = _mm256_and_ps(r, _mm256_cmp_ps::<_CMP_ORD_Q>(r, r));
+            _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi))
+        });
+        let p = _mm256_packs_epi16(
+            _mm256_packs_epi32(c[0], c[1]),
+            _mm256_packs_epi32(c[2], c[3]),
+        );
+        let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(q.as_mut_ptr().add(32 * b) as *mut __m256i, p);
+        let s0 = hsum(_mm256_add_epi32(c[0], c[1]));
+        let s1 = hsum(_mm256_add_epi32(c[2], c[3]));
+        d[b] = dd;
+        s[2 * b] = dd * s0 as f32;
+        s[2 * b + 1] = dd * s1 as f32;
+    }
 }
 
 #[inline(always)]
@@ -200,4 +247,52 @@ fn quantize_block(x: &[f32], q: &mut [i8], d: &mut f32, s: &mut [f32]) {
     *d = dd;
     s[0] = dd * s0 as f32;
     s[1] = dd * s1 as f32;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 quantizer gives the portable one's bits, on ordinary rows and on rows with the
+    /// values that take special paths: zeros, denormals (whose scale overflows), infinities, NaN.
+    #[test]
+    fn avx2_quantizer_is_bitwise_the_portable_one() {
+        if !Isa::available().contains(&Isa::Avx2) {
+            eprintln!("no AVX2 on this CPU: only the portable quantizer exists here");
+            return;
+        }
+        let k = 256;
+        let mut rows: Vec<Vec<f32>> = (0..6)
+            .map(|r| {
+                (0..k)
+                    .map(|i| {
+                        let t = ((i * 7919 + r * 104_729) % 10_007) as f32 / 10_007.0 - 0.5;
+                        t * 10f32.powi(r as i32 - 2)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut special = vec![0f32; k];
+        special[32..64].fill(1e-41); // a block of denormals: 1 / (amax / 127) overflows
+        special[40] = -3e-42;
+        special[64] = f32::INFINITY;
+        special[70] = -2.5;
+        special[100] = f32::NAN;
+        special[130] = f32::NEG_INFINITY;
+        special[160..192]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = (i as f32 - 16.0) * 0.5);
+        rows.push(special);
+        for x in rows {
+            let run = |isa: Isa| {
+                let a = Q8Act::quantize(isa, &x, 1, k, true, |jobs| {
+                    jobs.iter_mut().for_each(|j| j.run())
+                });
+                let f = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                (a.qs, f(&a.d), f(&a.s16), a.xp, f(&a.d8))
+            };
+            assert!(run(Isa::Avx2) == run(Isa::Portable));
+        }
+    }
 }
