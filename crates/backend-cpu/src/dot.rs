@@ -11,7 +11,9 @@
 //! is whole pairs of blocks (`decode::pair_scheme`; the choice depends only on the type and the
 //! row length): per 64 values (blocks A and B), lane `j < 4` sums the 8 products of A's values
 //! `4j..4j+4` and `16+4j..16+4j+4`, lane `4 + j` the same for B, and gets one multiply-add
-//! with its block's `sc * d`, and the offset term is the plain scheme's. Half the conversions and multiply-adds of the plain scheme, and
+//! with its block's `sc * d`; the offset term is four lanes, lane `i` summing `mn * s16` of the
+//! `i`-th 16 values of every pair in order, reduced as `(m0 + m2) + (m1 + m3)` and added to the
+//! main sum. Half the conversions and multiply-adds of the plain scheme, and
 //! the two 16-byte halves of a 4- or 5-bit block unpack straight into that order. The integer
 //! sums are exact, so only the float steps define the result. The portable build performs the
 //! identical IEEE operations one lane at a time (`mul_add` is a fused multiply-add), so the
@@ -282,10 +284,22 @@ pub mod portable {
         }
         let main = hsum_lanes(&acc);
         if fam == Family::U {
-            main + mn_dot(wmn, xs)
+            main + mn_dot_pairs(k / 64, wmn, xs)
         } else {
             main
         }
+    }
+
+    /// The pair scheme's offset term over `np` pairs.
+    #[inline(always)]
+    pub fn mn_dot_pairs(np: usize, wmn: &[f32], xs: &[f32]) -> f32 {
+        let mut m = [0f32; 4];
+        for p in 0..np {
+            for (i, m) in m.iter_mut().enumerate() {
+                *m = wmn[4 * p + i].mul_add(xs[4 * p + i], *m);
+            }
+        }
+        (m[0] + m[2]) + (m[1] + m[3])
     }
 
     #[inline(always)]
@@ -479,6 +493,24 @@ pub mod avx2 {
         acc
     }
 
+    /// The pair scheme's offset lanes reduced: `(m0 + m2) + (m1 + m3)`.
+    #[inline(always)]
+    unsafe fn hsum4(m: __m128) -> f32 {
+        let h = _mm_movehl_ps(m, m); // [m2, m3, ..]
+        let t = _mm_add_ps(m, h); // [m0+m2, m1+m3, ..]
+        _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)))
+    }
+
+    /// The pair scheme's offset term over `np` pairs.
+    #[inline(always)]
+    unsafe fn mn_dot_pairs(np: usize, w: *const f32, x: *const f32) -> f32 {
+        let mut m = _mm_setzero_ps();
+        for p in 0..np {
+            m = _mm_fmadd_ps(_mm_loadu_ps(w.add(4 * p)), _mm_loadu_ps(x.add(4 * p)), m);
+        }
+        hsum4(m)
+    }
+
     /// `sum(mn * s16)` over `n8` vectors, reduced like the main accumulator.
     #[inline(always)]
     unsafe fn mn_dot(n8: usize, w: *const f32, x: *const f32) -> f32 {
@@ -532,7 +564,11 @@ pub mod avx2 {
                         dec.mn.as_ptr().add((r0 + r) * p16),
                         a.s16.as_ptr().add((c0 + c) * p16),
                     );
-                    v += mn_dot(p16 / 8, w, x);
+                    v += if P {
+                        mn_dot_pairs(k / 64, w, x)
+                    } else {
+                        mn_dot(p16 / 8, w, x)
+                    };
                 }
                 out.put(c0 + c, j0 + r0 + r, v);
             }
@@ -802,16 +838,7 @@ pub mod avx2 {
         let rb = nb * T::TS;
         let mut o: [crate::unpack::Pairs; R] = std::array::from_fn(|_| crate::unpack::Pairs::new());
         let mut acc = [[_mm256_setzero_ps(); C]; R];
-        let mut accm = [[_mm256_setzero_ps(); C]; R];
-        // The offsets of an even pair wait for the next pair's: `mn_dot` takes 8 (two pairs) at
-        // a time.
-        let mut pend = [_mm_setzero_ps(); R];
-        let mn_step = |p: usize, mn: __m256, accm: &mut [__m256; C]| {
-            for (c, m) in accm.iter_mut().enumerate() {
-                let xs = _mm256_loadu_ps(a.s16.as_ptr().add(c * p16 + 4 * (p - 1)));
-                *m = _mm256_fmadd_ps(mn, xs, *m);
-            }
-        };
+        let mut accm = [[_mm_setzero_ps(); C]; R];
         for b in 0..nb {
             for (r, o) in o.iter_mut().enumerate() {
                 let blk = src.add(r * rb + b * T::TS);
@@ -827,6 +854,11 @@ pub mod avx2 {
                         _mm256_loadu_si256(xp.add(32) as *const __m256i),
                     ];
                     let dx = _mm256_loadu_ps(a.d8.as_ptr().add(c * k / 8 + 8 * p));
+                    let xs = if S {
+                        _mm_setzero_ps()
+                    } else {
+                        _mm_loadu_ps(a.s16.as_ptr().add(c * p16 + 4 * p))
+                    };
                     for r in 0..R {
                         let w = o[r].v[i];
                         let wa = if S {
@@ -836,36 +868,19 @@ pub mod avx2 {
                         };
                         let f = _mm256_cvtepi32_ps(pair_isum::<S>(w, wa, x));
                         acc[r][c] = _mm256_fmadd_ps(f, _mm256_mul_ps(o[r].sc[i], dx), acc[r][c]);
-                    }
-                }
-                if !S {
-                    for r in 0..R {
-                        let mn = _mm_loadu_ps(o[r].mn.as_ptr().add(4 * i));
-                        if p % 2 == 0 {
-                            pend[r] = mn;
-                        } else {
-                            mn_step(p, _mm256_set_m128(mn, pend[r]), &mut accm[r]);
+                        if !S {
+                            let mn = _mm_loadu_ps(o[r].mn.as_ptr().add(4 * i));
+                            accm[r][c] = _mm_fmadd_ps(mn, xs, accm[r][c]);
                         }
                     }
                 }
-            }
-        }
-        let n_pairs = nb * np;
-        if !S && n_pairs % 2 == 1 {
-            // The last vector's upper half is padding: zero offsets, zero sums.
-            for r in 0..R {
-                mn_step(
-                    n_pairs,
-                    _mm256_set_m128(_mm_setzero_ps(), pend[r]),
-                    &mut accm[r],
-                );
             }
         }
         for r in 0..R {
             for c in 0..C {
                 let mut v = hsum(acc[r][c]);
                 if !S {
-                    v += hsum(accm[r][c]);
+                    v += hsum4(accm[r][c]);
                 }
                 out.put(c, j + r, v);
             }
