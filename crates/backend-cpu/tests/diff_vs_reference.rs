@@ -19,25 +19,6 @@ fn cfg() -> EngineConfig {
     }
 }
 
-fn prompts(model: &str) -> Vec<Vec<u32>> {
-    let p = fixtures().join(format!("reference/{model}/cases.json"));
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p).expect("cases.json")).expect("json");
-    j["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .map(|c| {
-            c["prompt_ids"]
-                .as_array()
-                .expect("prompt_ids")
-                .iter()
-                .map(|v| v.as_u64().expect("id") as u32)
-                .collect()
-        })
-        .collect()
-}
-
 /// Diffs the two backends on `prompt`; returns the report's rendering when they disagree.
 fn disagreement(path: &Path, prompt: &[u32]) -> Option<String> {
     let mut r = ref_engine(path, cfg());
@@ -65,7 +46,7 @@ fn disagreement(path: &Path, prompt: &[u32]) -> Option<String> {
 
 fn every_prompt(model: &str) {
     let path = model_path(model);
-    let ps = prompts(model);
+    let ps = fixture_prompts(model);
     assert!(ps.len() >= 10, "{model}: expected the fixture prompts");
     let failures: Vec<String> = ps
         .iter()

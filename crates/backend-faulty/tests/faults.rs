@@ -2,7 +2,7 @@
 //! the tap (and step) where it first shows; clean runs of every fixture prompt must agree
 //! bitwise (zero false alarms).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use lockstep_backend_faulty::{Fault, FaultyBackend};
@@ -10,24 +10,10 @@ use lockstep_backend_ref::RefBackend;
 use lockstep_engine::{Engine, EngineConfig};
 use lockstep_gguf::{GgmlType, GgufFile};
 use lockstep_models::Model;
+use lockstep_testkit::{fixture_prompts, model_path};
 use lockstep_verify::{
     diff_engine_vs_trace, diff_engines, record, MaskMode, Profile, RunSpec, TapFilter, TraceMeta,
 };
-
-fn fixtures() -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
-    ));
-    assert!(p.is_dir(), "fixtures not found at {}", p.display());
-    p
-}
-
-fn model_path(name: &str) -> PathBuf {
-    lockstep_fetch::resolve_model(name, None).unwrap_or_else(|e| {
-        panic!("model {name} is not available ({e}); run `lockstep fetch {name}`")
-    })
-}
 
 fn cfg() -> EngineConfig {
     EngineConfig {
@@ -47,25 +33,6 @@ fn engines(path: &Path) -> (Engine<RefBackend>, Engine<FaultyBackend>) {
         Engine::new(rb, rm, cfg()).expect("engine"),
         Engine::new(fb, fm, cfg()).expect("engine"),
     )
-}
-
-fn prompts(model: &str) -> Vec<Vec<u32>> {
-    let p = fixtures().join(format!("reference/{model}/cases.json"));
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p).expect("cases.json")).expect("json");
-    j["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .map(|c| {
-            c["prompt_ids"]
-                .as_array()
-                .expect("prompt_ids")
-                .iter()
-                .map(|v| v.as_u64().expect("id") as u32)
-                .collect()
-        })
-        .collect()
 }
 
 /// The first tap, in execution order, computed by a matmul with a Q8_0 weight.
@@ -127,7 +94,7 @@ fn localise_all(model: &str) {
     let (mut re, mut fe) = engines(&path);
     let q8_tap = first_q8_matmul(&file, re.model.config.n_layers);
     let vocab = re.n_vocab() as u32;
-    let ps = prompts(model);
+    let ps = fixture_prompts(model);
     // A short prompt (every fault shows on it), and for the embedding fault one containing an
     // id from the upper half of the vocabulary.
     let short = ps[0].clone();
@@ -206,7 +173,7 @@ fn localise_all(model: &str) {
 fn clean_all(model: &str) {
     let path = model_path(model);
     let (mut re, mut fe) = engines(&path);
-    for (i, p) in prompts(model).iter().enumerate() {
+    for (i, p) in fixture_prompts(model).iter().enumerate() {
         let t0 = Instant::now();
         // Short prompts: every tap, prefill and two decode steps. Long prompts (~780 tokens):
         // prefill and one decode step, without the O(n^2) attention score taps (1.3 GB).

@@ -1,8 +1,6 @@
 //! Generation monitors: each fires on its seed symptom (a seeded fault) within 16 tokens and
 //! stays silent on clean runs of every fixture prompt (16 greedy tokens, watch mode on).
 
-use std::path::PathBuf;
-
 use lockstep_backend_faulty::{Fault, FaultyBackend};
 use lockstep_engine::{
     generate_with, Engine, EngineConfig, GenerateError, GenerateOptions, MonitorConfig,
@@ -10,37 +8,10 @@ use lockstep_engine::{
 };
 use lockstep_gguf::GgufFile;
 use lockstep_models::Model;
+use lockstep_testkit::{fixture_prompts, model_path};
 use lockstep_tokenizer::Tokenizer;
 
 const HORIZON: usize = 16;
-
-fn fixtures() -> PathBuf {
-    let p = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
-    ));
-    assert!(p.is_dir(), "fixtures not found at {}", p.display());
-    p
-}
-
-fn prompts(model: &str) -> Vec<Vec<u32>> {
-    let p = fixtures().join(format!("reference/{model}/cases.json"));
-    let j: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&p).expect("cases.json")).expect("json");
-    j["cases"]
-        .as_array()
-        .expect("cases")
-        .iter()
-        .map(|c| {
-            c["prompt_ids"]
-                .as_array()
-                .expect("prompt_ids")
-                .iter()
-                .map(|v| v.as_u64().expect("id") as u32)
-                .collect()
-        })
-        .collect()
-}
 
 struct Setup {
     engine: Engine<FaultyBackend>,
@@ -48,9 +19,7 @@ struct Setup {
 }
 
 fn setup(model: &str) -> Setup {
-    let path = lockstep_fetch::resolve_model(model, None).unwrap_or_else(|e| {
-        panic!("model {model} is not available ({e}); run `lockstep fetch {model}`")
-    });
+    let path = model_path(model);
     let file = GgufFile::open(&path).expect("open");
     let tok = Tokenizer::from_metadata(file.metadata()).expect("tokenizer");
     let b = FaultyBackend::new(None);
@@ -90,7 +59,7 @@ fn run(s: &mut Setup, prompt: &[u32]) -> Vec<MonitorWarning> {
 
 fn check(model: &str, seeds: &[(WarningKind, Fault)]) {
     let mut s = setup(model);
-    let ps = prompts(model);
+    let ps = fixture_prompts(model);
     let mut failures = Vec::new();
     for &(kind, fault) in seeds {
         s.engine.backend.set_fault(Some(fault));

@@ -33,6 +33,27 @@ pub fn model_path(name: &str) -> PathBuf {
     })
 }
 
+/// The prompt token ids of a model's llama.cpp reference cases
+/// (`reference/<model>/cases.json`), in case order.
+pub fn fixture_prompts(model: &str) -> Vec<Vec<u32>> {
+    let p = fixtures().join(format!("reference/{model}/cases.json"));
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).expect("read cases.json"))
+        .expect("parse cases.json");
+    j["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| {
+            c["prompt_ids"]
+                .as_array()
+                .expect("prompt_ids")
+                .iter()
+                .map(|v| v.as_u64().expect("id") as u32)
+                .collect()
+        })
+        .collect()
+}
+
 pub fn ref_engine(path: &std::path::Path, cfg: EngineConfig) -> Engine<RefBackend> {
     engine(path, RefBackend::new(), cfg)
 }
