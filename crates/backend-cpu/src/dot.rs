@@ -159,9 +159,9 @@ pub fn fused_chunk(
                 // SAFETY: `Isa::Avx2` implies AVX2, FMA and F16C; lengths checked above.
                 unsafe {
                     if fam == Family::U {
-                        avx2::fused_pair::<T, false>(k, src, rows, a, out, j0, mnbuf)
+                        avx2::fused_pair::<T, false>(k, src, rows, a, out, j0)
                     } else {
-                        avx2::fused_pair::<T, true>(k, src, rows, a, out, j0, mnbuf)
+                        avx2::fused_pair::<T, true>(k, src, rows, a, out, j0)
                     }
                 }
                 true
@@ -376,6 +376,47 @@ pub mod portable {
 pub mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
+
+    /// Runs `$body` with the constant `$c` equal to the number of activation rows `$n` (1-8;
+    /// the small-batch kernels are instantiated per count so their accumulators are registers).
+    macro_rules! with_columns {
+        ($n:expr, $c:ident => $body:expr) => {
+            match $n {
+                1 => {
+                    const $c: usize = 1;
+                    $body
+                }
+                2 => {
+                    const $c: usize = 2;
+                    $body
+                }
+                3 => {
+                    const $c: usize = 3;
+                    $body
+                }
+                4 => {
+                    const $c: usize = 4;
+                    $body
+                }
+                5 => {
+                    const $c: usize = 5;
+                    $body
+                }
+                6 => {
+                    const $c: usize = 6;
+                    $body
+                }
+                7 => {
+                    const $c: usize = 7;
+                    $body
+                }
+                _ => {
+                    const $c: usize = 8;
+                    $body
+                }
+            }
+        };
+    }
 
     const TILE_R: usize = 4;
     const TILE_C: usize = 2;
@@ -605,16 +646,7 @@ pub mod avx2 {
     ) {
         // The kernels prefetch PF_BYTES ahead of what they read; start the first stretch now.
         prefetch_block(src.as_ptr(), PF_BYTES.min(src.len()));
-        match a.n {
-            1 => fused_c::<T, 1, S>(k, src, rows, a, out, j0, mnbuf),
-            2 => fused_c::<T, 2, S>(k, src, rows, a, out, j0, mnbuf),
-            3 => fused_c::<T, 3, S>(k, src, rows, a, out, j0, mnbuf),
-            4 => fused_c::<T, 4, S>(k, src, rows, a, out, j0, mnbuf),
-            5 => fused_c::<T, 5, S>(k, src, rows, a, out, j0, mnbuf),
-            6 => fused_c::<T, 6, S>(k, src, rows, a, out, j0, mnbuf),
-            7 => fused_c::<T, 7, S>(k, src, rows, a, out, j0, mnbuf),
-            _ => fused_c::<T, 8, S>(k, src, rows, a, out, j0, mnbuf),
-        }
+        with_columns!(a.n, C => fused_c::<T, C, S>(k, src, rows, a, out, j0, mnbuf))
     }
 
     #[inline(always)]
@@ -780,19 +812,9 @@ pub mod avx2 {
         a: &QAct<'_>,
         out: Out,
         j0: usize,
-        mnbuf: &mut Vec<f32>,
     ) {
         prefetch_block(src.as_ptr(), PF_BYTES.min(src.len()));
-        match a.n {
-            1 => fused_pair_c::<T, 1, S>(k, src, rows, a, out, j0, mnbuf),
-            2 => fused_pair_c::<T, 2, S>(k, src, rows, a, out, j0, mnbuf),
-            3 => fused_pair_c::<T, 3, S>(k, src, rows, a, out, j0, mnbuf),
-            4 => fused_pair_c::<T, 4, S>(k, src, rows, a, out, j0, mnbuf),
-            5 => fused_pair_c::<T, 5, S>(k, src, rows, a, out, j0, mnbuf),
-            6 => fused_pair_c::<T, 6, S>(k, src, rows, a, out, j0, mnbuf),
-            7 => fused_pair_c::<T, 7, S>(k, src, rows, a, out, j0, mnbuf),
-            _ => fused_pair_c::<T, 8, S>(k, src, rows, a, out, j0, mnbuf),
-        }
+        with_columns!(a.n, C => fused_pair_c::<T, C, S>(k, src, rows, a, out, j0))
     }
 
     #[inline(always)]
@@ -803,7 +825,6 @@ pub mod avx2 {
         a: &QAct<'_>,
         out: Out,
         j0: usize,
-        _mnbuf: &mut Vec<f32>,
     ) {
         let rb = k / T::BS * T::TS;
         let mut r = 0;
