@@ -92,6 +92,15 @@ pub trait Backend {
 
     fn name(&self) -> &str;
 
+    /// Per-layer taps (suffixes such as `kq`, `kq_softmax`) this backend never emits because
+    /// its kernels never hold those values (a fused attention that keeps no score matrix).
+    /// `diff` localizes with the taps both sides have and names these as not exposed, instead
+    /// of treating them as missing. Every tap a backend does emit is copied from the very
+    /// buffer the next op consumed, never recomputed by another code path (`docs/taps.md`).
+    fn hidden_taps(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     fn load_weight(&self, w: WeightView<'_>) -> Result<Self::Weight, BackendError>;
     fn alloc_kv(&self, layout: KvLayout) -> Result<Self::KvCache, BackendError>;
 
