@@ -3,16 +3,23 @@
 //! of them. A query reads only the keys it can see: positions up to its own, cut to the sliding
 //! window; scores are kept for those keys only.
 //!
-//! Per query the arithmetic is exactly that of `CpuBackend::attend_one` (which the taps path
-//! uses): eight-lane fused dot products with the fixed reduction, `exp(s - max)`, a sequential
-//! sum, and fused `acc += e * v` over keys in ascending order. So the blocking, the task split
-//! and the thread count never change a bit.
+//! Per query the arithmetic is fixed: eight-lane fused dot products with the fixed reduction,
+//! `exp(s - max)`, a sequential sum, and fused `acc += e * v` over keys in ascending order,
+//! then `acc * (1 / sum)`. So the blocking, the task split and the thread count never change a
+//! bit.
+//!
+//! Taps come out of this kernel, never from a second attention path: when an observer wants
+//! `kq`/`kq_softmax`, a block also stores the scores it computed (scaled, masked) and its
+//! softmax weights (its numerators times the `1 / sum` it applies to the output) into
+//! [`ScoreTaps`]: the same instructions plus stores (test `debug_mode_is_bitwise_normal`).
+//! `k_read`/`v_read` come from [`read_kv_rows`], which reads each cache row through the very
+//! address arithmetic and conversion ([`load_row`]) the kernel's loads use.
 
 use lockstep_graph::{AttentionParams, BatchSeq};
 
 use crate::dot::{hsum_lanes, Out};
 use crate::vmath;
-use crate::{CpuKvCache, Isa, KvStore};
+use crate::{CpuKvCache, Isa, KvStore, Planted};
 
 /// Per-thread buffers.
 #[derive(Default)]
@@ -35,6 +42,63 @@ pub struct Block<'a> {
     pub h0: usize,
     pub h1: usize,
     pub kh: usize,
+    /// Debug mode: where to store the scores and softmax weights this block computes.
+    pub taps: Option<ScoreTaps>,
+    /// The seeded fault, in builds with `faults` (a zero-sized nothing otherwise).
+    pub fault: Planted,
+}
+
+/// The sequence's `kq` and `kq_softmax` taps, `[n_rows * n_heads, n_kv]` (row `i * n_heads +
+/// h`), prefilled with `-inf` and `0`; each block writes its own queries' visible spans.
+#[derive(Clone, Copy)]
+pub struct ScoreTaps {
+    pub kq: Out,
+    pub probs: Out,
+    pub n_heads: usize,
+}
+
+/// The cache offset the kernel reads `slot` of `layer` from (the tap path uses the same).
+#[inline(always)]
+pub fn read_offset(cache: &CpuKvCache, layer: usize, slot: u32, fault: Planted) -> usize {
+    let layer = if planted!(fault, KvWrongLayer) && layer % 2 == 1 {
+        layer - 1
+    } else {
+        layer
+    };
+    cache.offset(layer, slot)
+}
+
+/// The `k_read`/`v_read` taps: every row of `slots` (`kv_dim` wide), read and converted by
+/// the kernel's own [`load_row`] at the kernel's own [`read_offset`].
+pub fn read_kv_rows(
+    isa: Isa,
+    cache: &CpuKvCache,
+    layer: usize,
+    slots: &[u32],
+    fault: Planted,
+    k_out: &mut Vec<f32>,
+    v_out: &mut Vec<f32>,
+) {
+    let d = cache.layout.kv_dim;
+    for (store, out) in [(&cache.k, k_out), (&cache.v, v_out)] {
+        let start = out.len();
+        out.resize(start + slots.len() * d, 0.0);
+        for (&slot, dst) in slots.iter().zip(out[start..].chunks_exact_mut(d.max(1))) {
+            let o = read_offset(cache, layer, slot, fault);
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx2` implies AVX2, FMA and F16C.
+                Isa::Avx2 => unsafe { load_row_avx2(store, o, dst, fault) },
+                _ => load_row::<false>(store, o, dst, fault),
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_row_avx2(store: &KvStore, o: usize, dst: &mut [f32], fault: Planted) {
+    load_row::<true>(store, o, dst, fault)
 }
 
 /// Computes the block's outputs into `out` (`[rows of the batch, n_heads * head_dim]`).
@@ -60,8 +124,13 @@ pub fn attend_block(
 
 /// The visible key range `lo..hi` of the query at position `pos`.
 #[inline(always)]
-pub fn key_range(pos: u32, n_kv: usize, window: Option<u32>) -> (usize, usize) {
-    let hi = (pos as usize + 1).min(n_kv);
+pub fn key_range(pos: u32, n_kv: usize, window: Option<u32>, fault: Planted) -> (usize, usize) {
+    let end = if planted!(fault, CausalOffByOne) {
+        pos as usize
+    } else {
+        pos as usize + 1
+    };
+    let hi = end.min(n_kv);
     let lo = match window {
         Some(w) => (pos as usize + 1).saturating_sub(w as usize).min(hi),
         None => 0,
@@ -69,9 +138,19 @@ pub fn key_range(pos: u32, n_kv: usize, window: Option<u32>) -> (usize, usize) {
     (lo, hi)
 }
 
+/// Reads one cache row (or the part of it at `o`) as f32: what every kernel load and the
+/// `k_read`/`v_read` taps go through.
 #[inline(always)]
-fn load_row<const AVX: bool>(store: &KvStore, o: usize, dst: &mut [f32]) {
+fn load_row<const AVX: bool>(store: &KvStore, o: usize, dst: &mut [f32], fault: Planted) {
     match store {
+        KvStore::F16(v) if planted!(fault, KvF16AsF32) => {
+            // The reader assumes an f32 cache: value `e` is the bits of halves 2(o+e), +1.
+            let at = |i: usize| u32::from(v[i % v.len().max(1)]);
+            for (e, d) in dst.iter_mut().enumerate() {
+                let i = 2 * (o + e);
+                *d = f32::from_bits(at(i) | (at(i + 1) << 16));
+            }
+        }
         KvStore::F16(v) => {
             let src = &v[o..o + dst.len()];
             #[cfg(target_arch = "x86_64")]
@@ -217,7 +296,7 @@ impl Queries {
         let nh = b.h1 - b.h0;
         let ranges: Vec<(usize, usize)> = (b.i0..b.i1)
             .flat_map(|i| {
-                let r = key_range(seq.first_pos + i as u32, n_kv, p.window);
+                let r = key_range(seq.first_pos + i as u32, n_kv, p.window, b.fault);
                 std::iter::repeat_n(r, nh)
             })
             .collect();
@@ -258,6 +337,7 @@ impl Queries {
     /// Query `qi`'s vector.
     fn q<'q>(&self, b: &Block<'_>, q: &'q [f32], q_dim: usize, hd: usize, qi: usize) -> &'q [f32] {
         let (row, h) = self.row_head(b, qi);
+        let h = if planted!(b.fault, HeadOffset) { 0 } else { h };
         &q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd]
     }
 
@@ -265,7 +345,9 @@ impl Queries {
     /// -inf where masked), with `exp(s - max)` and a sequential sum; every weight a query must
     /// not use ends as 0, so "skip when e == 0" is the whole rule afterwards. Returns the sums
     /// and whether each query saw any key.
-    fn softmax(&self, isa: Isa, scores: &mut [f32]) -> (Vec<f32>, Vec<bool>) {
+    fn softmax(&self, isa: Isa, b: &Block<'_>, scores: &mut [f32]) -> (Vec<f32>, Vec<bool>) {
+        let flat = planted!(b.fault, SoftmaxFlat);
+        let reversed_sum = planted!(b.fault, MaskDrift) && b.seq.mask.is_some();
         let span = self.span();
         let mut sums = vec![0f32; self.nq];
         let mut any = vec![false; self.nq];
@@ -277,10 +359,17 @@ impl Queries {
                 let max = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 if max != f32::NEG_INFINITY {
                     any[qi] = true;
+                    if flat {
+                        sc.iter_mut().for_each(|s| *s = max + (*s - max) * 0.25);
+                    }
                     vmath::exp_shifted(isa, sc, max);
                     let mut sum = 0f32;
-                    for &e in sc.iter() {
-                        sum += e;
+                    if reversed_sum {
+                        sc.iter().rev().for_each(|&e| sum += e);
+                    } else {
+                        for &e in sc.iter() {
+                            sum += e;
+                        }
                     }
                     sums[qi] = sum;
                 }
@@ -304,12 +393,47 @@ impl Queries {
         any: &[bool],
         out: Out,
     ) {
+        // A naive kernel divides by the zero sum of a query that saw no key (NaN).
+        let naive = planted!(b.fault, CausalOffByOne);
         for qi in 0..self.nq {
             let (row, h) = self.row_head(b, qi);
             let inv = 1.0 / sums[qi];
             for d in 0..hd {
-                let val = if any[qi] { acc[qi * hd + d] * inv } else { 0.0 };
+                let val = if any[qi] || naive {
+                    acc[qi * hd + d] * inv
+                } else {
+                    0.0
+                };
                 out.put(row, h * hd + d, val);
+            }
+        }
+    }
+
+    /// Debug mode, after the scores: the block's scaled, masked scores (`-inf` where a query
+    /// may not look) into the `kq` tap.
+    fn store_scores(&self, b: &Block<'_>, scores: &[f32]) {
+        let Some(t) = &b.taps else { return };
+        let span = self.span();
+        for qi in 0..self.nq {
+            let r = (b.i0 + qi / self.nh) * t.n_heads + b.h0 + qi % self.nh;
+            for (j, &v) in scores[qi * span..(qi + 1) * span].iter().enumerate() {
+                t.kq.put(r, self.lo + j, v);
+            }
+        }
+    }
+
+    /// Debug mode, after the softmax: each weight the kernel uses, `e * (1 / sum)` with the
+    /// very numerator `e` it accumulates and the `1 / sum` it applies to the output.
+    fn store_probs(&self, b: &Block<'_>, scores: &[f32], sums: &[f32], any: &[bool]) {
+        let Some(t) = &b.taps else { return };
+        let span = self.span();
+        let naive = planted!(b.fault, CausalOffByOne);
+        for qi in 0..self.nq {
+            let r = (b.i0 + qi / self.nh) * t.n_heads + b.h0 + qi % self.nh;
+            let inv = 1.0 / sums[qi];
+            for (j, &e) in scores[qi * span..(qi + 1) * span].iter().enumerate() {
+                let w = if any[qi] || naive { e * inv } else { 0.0 };
+                t.probs.put(r, self.lo + j, w);
             }
         }
     }
@@ -342,32 +466,39 @@ fn attend_block_generic<const AVX: bool>(
     acc.clear();
     acc.resize(nq * hd, 0.0);
     let qrows: Vec<&[f32]> = (0..nq).map(|qi| qs.q(b, q, q_dim, hd, qi)).collect();
+    let scale = if planted!(b.fault, SoftmaxScale) {
+        p.scale * p.scale
+    } else {
+        p.scale
+    };
     // Scores.
     let mut vis = Vec::with_capacity(nq);
     for j in lo..hi {
-        let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
-        load_row::<AVX>(&cache.k, o, k);
+        let o = read_offset(cache, layer, seq.kv_slots[j], b.fault) + b.kh * hd;
+        load_row::<AVX>(&cache.k, o, k, b.fault);
         vis.clear();
         vis.extend((0..nq).filter(|&qi| qs.visible(b, qi, j)));
         let mut g = vis.chunks_exact(4);
         for c in &mut g {
             let d = dot4::<AVX>([qrows[c[0]], qrows[c[1]], qrows[c[2]], qrows[c[3]]], k);
             for (&qi, dv) in c.iter().zip(d) {
-                scores[qi * span + (j - lo)] = dv * p.scale;
+                scores[qi * span + (j - lo)] = dv * scale;
             }
         }
         for &qi in g.remainder() {
-            scores[qi * span + (j - lo)] = dot::<AVX>(qrows[qi], k) * p.scale;
+            scores[qi * span + (j - lo)] = dot::<AVX>(qrows[qi], k) * scale;
         }
     }
-    let (sums, any) = qs.softmax(isa, scores);
+    qs.store_scores(b, scores);
+    let (sums, any) = qs.softmax(isa, b, scores);
+    qs.store_probs(b, scores, &sums, &any);
     // Weighted values, keys in ascending order.
     for j in lo..hi {
         if (0..nq).all(|qi| scores[qi * span + (j - lo)] == 0.0) {
             continue;
         }
-        let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
-        load_row::<AVX>(&cache.v, o, v);
+        let o = read_offset(cache, layer, seq.kv_slots[j], b.fault) + b.kh * hd;
+        load_row::<AVX>(&cache.v, o, v, b.fault);
         for qi in 0..nq {
             let e = scores[qi * span + (j - lo)];
             if e != 0.0 {
@@ -420,10 +551,16 @@ mod tiled {
         acc.resize(nq * hd, 0.0);
         rows.resize(KC * hd, 0.0);
         let qrow = |qi: usize| -> *const f32 { qs.q(b, q, q_dim, hd, qi).as_ptr() };
+        let scale = if planted!(b.fault, SoftmaxScale) {
+            p.scale * p.scale
+        } else {
+            p.scale
+        };
         let load_chunk = |store: &KvStore, j0: usize, j1: usize, rows: &mut [f32]| {
             for j in j0..j1 {
-                let o = cache.offset(layer, seq.kv_slots[j]) + b.kh * hd;
-                load_row::<true>(store, o, &mut rows[(j - j0) * hd..(j - j0 + 1) * hd]);
+                let o = read_offset(cache, layer, seq.kv_slots[j], b.fault) + b.kh * hd;
+                let dst = &mut rows[(j - j0) * hd..(j - j0 + 1) * hd];
+                load_row::<true>(store, o, dst, b.fault);
             }
         };
 
@@ -457,7 +594,7 @@ mod tiled {
                         for t in 0..jn {
                             if qs.visible(b, q0 + i, j + t) {
                                 scores[(q0 + i) * span + (j + t - lo)] =
-                                    crate::dot::avx2::hsum(a[i][t]) * p.scale;
+                                    crate::dot::avx2::hsum(a[i][t]) * scale;
                             }
                         }
                     }
@@ -467,7 +604,9 @@ mod tiled {
             }
         }
 
-        let (sums, any) = qs.softmax(Isa::Avx2, scores);
+        qs.store_scores(b, scores);
+        let (sums, any) = qs.softmax(Isa::Avx2, b, scores);
+        qs.store_probs(b, scores, &sums, &any);
 
         // Weighted values.
         for j0 in (lo..hi).step_by(KC) {

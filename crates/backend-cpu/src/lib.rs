@@ -14,6 +14,40 @@
 // Kernels index several arrays by the same lane / tile index, and take many plain arguments.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
+/// `planted!(sel, Variant)`: whether seeded fault `Variant` is selected. In builds without
+/// the `faults` feature it is the constant `false` (the selector is a zero-sized nothing), so
+/// every fault branch compiles away and the shipped binary holds no fault code.
+#[cfg(feature = "faults")]
+macro_rules! planted {
+    ($sel:expr, $f:ident) => {
+        $sel == Some(crate::faults::Fault::$f)
+    };
+}
+#[cfg(not(feature = "faults"))]
+macro_rules! planted {
+    ($sel:expr, $f:ident) => {{
+        let _ = &$sel;
+        false
+    }};
+}
+
+#[cfg(feature = "faults")]
+pub mod faults;
+#[cfg(feature = "faults")]
+pub use faults::Fault;
+
+/// The selected seeded fault, carried to the kernels.
+#[cfg(feature = "faults")]
+pub(crate) type Planted = Option<faults::Fault>;
+/// Builds without `faults` carry nothing.
+#[cfg(not(feature = "faults"))]
+pub(crate) type Planted = NoFault;
+
+/// The fault selector of a build without faults: zero-sized, always "none".
+#[cfg(not(feature = "faults"))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NoFault;
+
 mod act;
 mod attn;
 mod decode;
@@ -33,7 +67,6 @@ use lockstep_quant::GgmlType;
 use act::Q8Act;
 use decode::{Decoded, Family};
 use dot::{Out, QAct};
-use vmath::KvRow;
 
 /// Which build of the kernels runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,14 +125,13 @@ pub struct CpuBackend {
     pool: pool::Pool,
     scratch: Vec<Mutex<Scratch>>,
     rope_cache: Mutex<Vec<RopeTable>>,
+    fault: Planted,
 }
 
 struct Scratch {
     attn: attn::AttnScratch,
     dec: Decoded,
     f: Vec<f32>,
-    scores: Vec<f32>,
-    acc: Vec<f32>,
 }
 
 struct RopeTable {
@@ -177,6 +209,8 @@ pub struct CpuWeight {
     rows: usize,
     cols: usize,
     kind: WKind,
+    #[cfg(feature = "faults")]
+    role: faults::WeightRole,
 }
 
 impl CpuWeight {
@@ -215,27 +249,14 @@ pub struct CpuKvCache {
     layout: KvLayout,
     k: KvStore,
     v: KvStore,
+    /// Fault `prefill-no-kv-write`: (layer, slot) rows a prefill wrote to staging only.
+    #[cfg(feature = "faults")]
+    unpersisted: Vec<(usize, u32)>,
 }
 
 impl CpuKvCache {
     fn offset(&self, layer: usize, slot: u32) -> usize {
         (layer * self.layout.n_slots() + slot as usize) * self.layout.kv_dim
-    }
-
-    fn row<'a>(store: &'a KvStore, o: usize, d: usize) -> KvRow<'a> {
-        match store {
-            KvStore::F16(v) => KvRow::F16(&v[o..o + d]),
-            KvStore::F32(v) => KvRow::F32(&v[o..o + d]),
-        }
-    }
-
-    fn row_f32(store: &KvStore, o: usize, d: usize, out: &mut Vec<f32>) {
-        match store {
-            KvStore::F16(v) => {
-                out.extend(v[o..o + d].iter().map(|&h| lockstep_quant::fp16_to_f32(h)))
-            }
-            KvStore::F32(v) => out.extend_from_slice(&v[o..o + d]),
-        }
     }
 
     pub fn bytes(&self) -> usize {
@@ -272,13 +293,24 @@ impl CpuBackend {
                         attn: attn::AttnScratch::default(),
                         dec: Decoded::new(),
                         f: Vec::new(),
-                        scores: Vec::new(),
-                        acc: Vec::new(),
                     })
                 })
                 .collect(),
             rope_cache: Mutex::new(Vec::new()),
+            fault: Planted::default(),
         }
+    }
+
+    /// Plants a seeded fault in this backend's kernels (`None` = clean); takes effect from the
+    /// next op. Builds with the `faults` feature only.
+    #[cfg(feature = "faults")]
+    pub fn set_fault(&mut self, fault: Option<Fault>) {
+        self.fault = fault;
+    }
+
+    #[cfg(feature = "faults")]
+    pub fn fault(&self) -> Option<Fault> {
+        self.fault
     }
 
     pub fn isa(&self) -> Isa {
@@ -324,11 +356,31 @@ impl CpuBackend {
         let (isa, k, rb) = (self.isa, w.cols, w.row_bytes());
         let src = &data[j0 * rb..(j0 + rows) * rb];
         let pair = decode::pair_scheme(w.ty, k);
-        if dot::fused_chunk(isa, w.ty, fam, pair, k, src, rows, qa, o, j0, &mut s.f) {
+        // The Q8_0 scale faults live in the decoded scale vector, so they take the decoded
+        // path at every batch size (bitwise the fused one when clean).
+        let q8_fault = w.ty == GgmlType::Q8_0
+            && (planted!(self.fault, Q8WrongScale) || planted!(self.fault, Q8BlockScale));
+        if !q8_fault && dot::fused_chunk(isa, w.ty, fam, pair, k, src, rows, qa, o, j0, &mut s.f) {
             return;
         }
         s.dec.reserve(rows, k);
         decode::decode_rows(isa, w.ty, src, rows, k, &mut s.dec);
+        if q8_fault {
+            // Q8_0 is never under the pair scheme: 8 scale entries per 32-value block.
+            let nb = k / 32;
+            for r in 0..rows {
+                let sc = &mut s.dec.sc8[r * k / 4..(r + 1) * k / 4];
+                if planted!(self.fault, Q8WrongScale) && nb > 1 {
+                    let first = sc[0];
+                    sc.copy_within(8.., 0);
+                    sc[(nb - 1) * 8..].fill(first);
+                } else {
+                    for b in (0..nb).step_by(2) {
+                        sc[b * 8..b * 8 + 8].iter_mut().for_each(|v| *v *= 1.06);
+                    }
+                }
+            }
+        }
         dot::q8_chunk(isa, fam, pair, k, &s.dec, rows, qa, o, j0);
     }
 
@@ -355,6 +407,83 @@ impl CpuBackend {
             let mut g = cells[t].lock().unwrap_or_else(|e| e.into_inner());
             f(&mut g)
         });
+    }
+
+    /// Faults that replace a whole matmul by what a wrong weight upload gives.
+    #[cfg(feature = "faults")]
+    fn weight_fault(&self, x: &CpuTensor, w: &CpuWeight) -> Option<CpuTensor> {
+        use faults::WeightRole;
+        let (n, m) = (x.rows, w.rows);
+        if planted!(self.fault, LmHeadSkipped) && w.role == WeightRole::Head {
+            // The normed hidden state returned as logits, zero-padded.
+            let mut out = vec![0f32; n * m];
+            let c = x.cols.min(m);
+            for r in 0..n {
+                out[r * m..r * m + c].copy_from_slice(&x.row(r)[..c]);
+            }
+            return Some(CpuTensor::new(n, m, out));
+        }
+        if planted!(self.fault, FfnDownZero) && w.role == WeightRole::FfnDownLayer1 {
+            return Some(CpuTensor::new(n, m, vec![0.0; n * m]));
+        }
+        if planted!(self.fault, AttnOutSwapped) && w.role == WeightRole::AttnOutput {
+            // The upload kept the bytes but swapped the dimensions: W'[j][c] = W[c * m + j]
+            // of the same buffer (dequantized, as the upload converted it).
+            let k = w.cols;
+            let flat = match &w.kind {
+                WKind::F32(v) => v.clone(),
+                WKind::Half { data } => data
+                    .iter()
+                    .map(|&h| lockstep_quant::fp16_to_f32(h))
+                    .collect(),
+                WKind::Quant { data, .. } => lockstep_quant::dequantize(w.ty, data, m * k).ok()?,
+            };
+            let mut t = vec![0f32; m * k];
+            for j in 0..m {
+                for c in 0..k {
+                    t[j * k + c] = flat[c * m + j];
+                }
+            }
+            let wt = CpuWeight {
+                ty: GgmlType::F32,
+                rows: m,
+                cols: k,
+                kind: WKind::F32(t),
+                role: WeightRole::Other,
+            };
+            return Some(self.matmul(x, &wt));
+        }
+        None
+    }
+
+    /// Fault `prefill-no-kv-write`: a prefill's rows go to a staging area its own attention
+    /// reads, but never persist; the next write to the layer reuses the staging rows, and the
+    /// cache is left with zeros where the prompt's K/V should be.
+    #[cfg(feature = "faults")]
+    fn unpersist(&self, cache: &mut CpuKvCache, layer: usize, batch: &Batch) {
+        let d = cache.layout.kv_dim;
+        let staged: Vec<u32> = cache
+            .unpersisted
+            .iter()
+            .filter(|(l, _)| *l == layer)
+            .map(|&(_, s)| s)
+            .collect();
+        for slot in staged {
+            let o = cache.offset(layer, slot);
+            for store in [&mut cache.k, &mut cache.v] {
+                match store {
+                    KvStore::F16(s) => s[o..o + d].fill(0),
+                    KvStore::F32(s) => s[o..o + d].fill(0.0),
+                }
+            }
+        }
+        cache.unpersisted.retain(|(l, _)| *l != layer);
+        let prefill = batch.n_tokens() > 1 && batch.seqs.iter().all(|s| s.first_pos == 0);
+        if prefill {
+            cache
+                .unpersisted
+                .extend(batch.slots.iter().map(|&s| (layer, s)));
+        }
     }
 
     fn rope_table(&self, positions: &[u32], p: RopeParams) -> std::sync::Arc<Vec<(f32, f32)>> {
@@ -386,81 +515,6 @@ impl CpuBackend {
             cs: cs.clone(),
         });
         std::sync::Arc::new(cs)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn attend_one(
-        &self,
-        cache: &CpuKvCache,
-        layer: usize,
-        slots: &[u32],
-        kh: usize,
-        qh: &[f32],
-        pos: u32,
-        p: &AttentionParams,
-        mask: Option<&[bool]>,
-        s: &mut Scratch,
-        out: &mut [f32],
-        rec: Option<(&mut [f32], &mut [f32])>,
-    ) {
-        let hd = p.head_dim;
-        let kv_dim = cache.layout.kv_dim;
-        let n_kv = slots.len();
-        let hi = (pos as usize + 1).min(n_kv);
-        let lo = match p.window {
-            Some(w) => (pos as usize + 1).saturating_sub(w as usize).min(hi),
-            None => 0,
-        };
-        let Scratch { scores, acc, .. } = s;
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for j in lo..hi {
-            let visible = mask.is_none_or(|m| m[j]);
-            let v = if visible {
-                let o = cache.offset(layer, slots[j]) + kh * hd;
-                vmath::dot_kv(self.isa, qh, CpuKvCache::row(&cache.k, o, hd)) * p.scale
-            } else {
-                f32::NEG_INFINITY
-            };
-            max = max.max(v);
-            scores.push(v);
-        }
-        let mut rec = rec;
-        if let Some((kq, _)) = rec.as_mut() {
-            kq.fill(f32::NEG_INFINITY);
-            kq[lo..hi].copy_from_slice(scores);
-        }
-        acc.clear();
-        acc.resize(hd, 0.0);
-        if max == f32::NEG_INFINITY {
-            out.fill(0.0);
-            if let Some((_, pr)) = rec {
-                pr.fill(0.0);
-            }
-            return;
-        }
-        vmath::exp_shifted(self.isa, scores, max);
-        let mut sum = 0f32;
-        for &e in scores.iter() {
-            sum += e;
-        }
-        for (j, &e) in (lo..hi).zip(scores.iter()) {
-            if e != 0.0 {
-                let o = cache.offset(layer, slots[j]) + kh * hd;
-                vmath::axpy_kv(self.isa, e, CpuKvCache::row(&cache.v, o, hd), acc);
-            }
-        }
-        let inv = 1.0 / sum;
-        for (o, a) in out.iter_mut().zip(acc.iter()) {
-            *o = a * inv;
-        }
-        if let Some((_, pr)) = rec {
-            pr.fill(0.0);
-            for (pj, &e) in pr[lo..hi].iter_mut().zip(scores.iter()) {
-                *pj = e / sum;
-            }
-        }
-        let _ = kv_dim;
     }
 }
 
@@ -525,6 +579,8 @@ impl Backend for CpuBackend {
             rows,
             cols,
             kind,
+            #[cfg(feature = "faults")]
+            role: faults::WeightRole::of(w.name),
         })
     }
 
@@ -542,6 +598,8 @@ impl Backend for CpuBackend {
             layout,
             k: store(),
             v: store(),
+            #[cfg(feature = "faults")]
+            unpersisted: Vec::new(),
         })
     }
 
@@ -553,13 +611,23 @@ impl Backend for CpuBackend {
         let d = table.cols;
         let mut out = vec![0f32; ids.len() * d];
         for (row, (&id, o)) in ids.iter().zip(out.chunks_exact_mut(d.max(1))).enumerate() {
-            let i = id as usize;
-            if i >= table.rows {
+            if id as usize >= table.rows {
                 return Err(BackendError::TokenOutOfRange {
                     id,
                     row,
                     vocab: table.rows,
                 });
+            }
+            // Fault `embd-broadcast`: a zero row stride, every row is the first token's.
+            let i = if planted!(self.fault, EmbedBroadcast) {
+                ids[0] as usize
+            } else {
+                id as usize
+            };
+            // Fault `embd-zeros`: the upper half of the table was never loaded.
+            if planted!(self.fault, EmbedZeros) && i >= table.rows / 2 {
+                o.fill(0.0);
+                continue;
             }
             match &table.kind {
                 WKind::F32(v) => o.copy_from_slice(&v[i * d..(i + 1) * d]),
@@ -583,6 +651,10 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &CpuTensor, w: &CpuWeight) -> CpuTensor {
+        #[cfg(feature = "faults")]
+        if let Some(t) = self.weight_fault(x, w) {
+            return t;
+        }
         let (n, k) = (x.rows, x.cols);
         assert_eq!(
             k, w.cols,
@@ -654,6 +726,10 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &CpuTensor, weight: &CpuWeight, eps: f32) -> CpuTensor {
+        #[cfg(feature = "faults")]
+        if planted!(self.fault, OutputNormZero) && weight.role == faults::WeightRole::OutputNorm {
+            return CpuTensor::new(x.rows, x.cols, vec![0.0; x.data.len()]);
+        }
         let w = weight.vector().expect("norm weight is a vector");
         let g = w.len();
         assert!(
@@ -796,6 +872,15 @@ impl Backend for CpuBackend {
             "rope: columns are whole heads"
         );
         let half = p.n_rot / 2;
+        let shifted;
+        let positions =
+            if planted!(self.fault, RopeDecodeOffByOne) && positions.len() == 1 && positions[0] > 0
+            {
+                shifted = [positions[0] + 1];
+                &shifted[..]
+            } else {
+                positions
+            };
         let table = self.rope_table(positions, p);
         let mut out = x.data.clone();
         for (r, row) in out.chunks_exact_mut(x.cols.max(1)).enumerate() {
@@ -848,6 +933,10 @@ impl Backend for CpuBackend {
                 "layer {layer} outside the cache ({} layers)",
                 l.n_layers
             )));
+        }
+        #[cfg(feature = "faults")]
+        if planted!(self.fault, PrefillNoKvWrite) {
+            self.unpersist(cache, layer, batch);
         }
         for (i, &slot) in batch.slots.iter().enumerate() {
             if slot as usize >= l.n_slots() {
@@ -930,33 +1019,20 @@ impl Backend for CpuBackend {
             m: q_dim,
             len: out.len(),
         };
-        let run_one = |si: usize,
-                       i: usize,
-                       h: usize,
-                       s: &mut Scratch,
-                       dst: &mut [f32],
-                       rec: Option<(&mut [f32], &mut [f32])>| {
-            let seq = &batch.seqs[si];
-            let n_kv = seq.kv_slots.len();
-            let row = seq.first_row + i;
-            let pos = seq.first_pos + i as u32;
-            let mask = seq.mask.as_ref().map(|m| &m[i * n_kv..(i + 1) * n_kv]);
-            let qh = &q.row(row)[h * hd..(h + 1) * hd];
-            self.attend_one(
-                cache,
-                layer,
-                &seq.kv_slots,
-                h / group,
-                qh,
-                pos,
-                &p,
-                mask,
-                s,
-                dst,
-                rec,
-            );
-        };
         let nh = p.n_heads;
+        // Debug mode: the kernel itself stores its scores and softmax weights, per sequence
+        // `[n_rows * n_heads, n_kv]`; keys a block never looks at keep `-inf` / 0.
+        let keep_scores = taps.wants_layer(layer, "kq") || taps.wants_layer(layer, "kq_softmax");
+        let score_len: usize = batch
+            .seqs
+            .iter()
+            .map(|s| s.n_rows * nh * s.kv_slots.len())
+            .sum();
+        let (mut kq_all, mut probs_all) = if keep_scores {
+            (vec![f32::NEG_INFINITY; score_len], vec![0f32; score_len])
+        } else {
+            (Vec::new(), Vec::new())
+        };
         // Tasks: a few rows of one sequence (one row when the batch is small, as in decode) x
         // the heads of one KV head, which share its keys: one task converts them once and fills
         // the kernel's four query slots. (Single-head tasks in decode spread better over the
@@ -964,16 +1040,39 @@ impl Backend for CpuBackend {
         let rows_per = if items.len() <= 4 { 1 } else { 4 };
         let heads_per = group;
         let mut blocks = Vec::new();
+        let mut seq_base = 0;
         for seq in &batch.seqs {
+            let n_kv = seq.kv_slots.len();
+            let len = seq.n_rows * nh * n_kv;
+            let score_taps = keep_scores.then(|| {
+                let sink = |v: &mut Vec<f32>| Out {
+                    ptr: v[seq_base..].as_mut_ptr(),
+                    m: n_kv,
+                    len,
+                };
+                attn::ScoreTaps {
+                    kq: sink(&mut kq_all),
+                    probs: sink(&mut probs_all),
+                    n_heads: nh,
+                }
+            });
+            seq_base += len;
             for i0 in (0..seq.n_rows).step_by(rows_per) {
                 for h0 in (0..nh).step_by(heads_per) {
+                    let kh = if planted!(self.fault, GqaKvHead) {
+                        h0 % p.n_kv_heads
+                    } else {
+                        h0 / group
+                    };
                     blocks.push(attn::Block {
                         seq,
                         i0,
                         i1: (i0 + rows_per).min(seq.n_rows),
                         h0,
                         h1: h0 + heads_per,
-                        kh: h0 / group,
+                        kh,
+                        taps: score_taps,
+                        fault: self.fault,
                     });
                 }
             }
@@ -992,49 +1091,32 @@ impl Backend for CpuBackend {
                 o,
             );
         });
+        drop(blocks);
 
-        if taps.active() {
-            let keep_scores =
-                taps.wants_layer(layer, "kq") || taps.wants_layer(layer, "kq_softmax");
-            // Copies of the cache rows read only when asked for: a profiler or a trace of
-            // other taps must not pay for them.
-            let keep_kv = taps.wants_layer(layer, "k_read") || taps.wants_layer(layer, "v_read");
-            let mut k_read = Vec::new();
-            let mut v_read = Vec::new();
-            let mut kq_all = Vec::new();
-            let mut sm_all = Vec::new();
-            let mut s = self.scratch(0);
-            for (si, seq) in batch.seqs.iter().enumerate() {
-                let n_kv = seq.kv_slots.len();
-                for &slot in seq.kv_slots.iter().filter(|_| keep_kv) {
-                    let off = cache.offset(layer, slot);
-                    CpuKvCache::row_f32(&cache.k, off, kv_dim, &mut k_read);
-                    CpuKvCache::row_f32(&cache.v, off, kv_dim, &mut v_read);
-                }
-                if keep_scores {
-                    for i in 0..seq.n_rows {
-                        for h in 0..nh {
-                            let mut kq = vec![0f32; n_kv];
-                            let mut pr = vec![0f32; n_kv];
-                            let mut dst = vec![0f32; hd];
-                            run_one(si, i, h, &mut s, &mut dst, Some((&mut kq, &mut pr)));
-                            kq_all.extend(kq);
-                            sm_all.extend(pr);
-                        }
-                    }
-                }
+        // Copies of the cache rows only when asked for: a profiler or a trace of other taps
+        // must not pay for them.
+        if taps.wants_layer(layer, "k_read") || taps.wants_layer(layer, "v_read") {
+            let (mut k_read, mut v_read) = (Vec::new(), Vec::new());
+            for seq in &batch.seqs {
+                attn::read_kv_rows(
+                    self.isa,
+                    cache,
+                    layer,
+                    &seq.kv_slots,
+                    self.fault,
+                    &mut k_read,
+                    &mut v_read,
+                );
             }
-            drop(s);
-            if keep_kv {
-                let n = k_read.len() / kv_dim.max(1);
-                taps.emit_layer(layer, "k_read", || HostTensor::matrix(n, kv_dim, k_read));
-                taps.emit_layer(layer, "v_read", || HostTensor::matrix(n, kv_dim, v_read));
-            }
-            if keep_scores {
-                let (a, b) = (kq_all.len(), sm_all.len());
-                taps.emit_layer(layer, "kq", || HostTensor::new(vec![a], kq_all));
-                taps.emit_layer(layer, "kq_softmax", || HostTensor::new(vec![b], sm_all));
-            }
+            let n = k_read.len() / kv_dim.max(1);
+            taps.emit_layer(layer, "k_read", || HostTensor::matrix(n, kv_dim, k_read));
+            taps.emit_layer(layer, "v_read", || HostTensor::matrix(n, kv_dim, v_read));
+        }
+        if keep_scores {
+            taps.emit_layer(layer, "kq", || HostTensor::new(vec![score_len], kq_all));
+            taps.emit_layer(layer, "kq_softmax", || {
+                HostTensor::new(vec![score_len], probs_all)
+            });
         }
         Ok(CpuTensor::new(q.rows, q_dim, out))
     }

@@ -1,11 +1,9 @@
-//! Vector math shared by the ops: exp, the gated activations, and the attention inner loops
-//! over f16 or f32 cache rows. Each function has an AVX2 build and a portable build that
+//! Vector math shared by the ops: exp, the gated activations, and f16 conversion of cache
+//! rows. Each function has an AVX2 build and a portable build that
 //! perform the same IEEE operations in the same order, so results agree bit for bit.
 
 use lockstep_graph::Activation;
-use lockstep_quant::blocks::fp16_to_f32;
 
-use crate::dot::hsum_lanes;
 use crate::Isa;
 
 const EXP_LO: f32 = -87.336_55;
@@ -73,65 +71,6 @@ pub fn act_mul(isa: Isa, gate: &[f32], up: &[f32], out: &mut [f32], act: Activat
     let _ = isa;
     for i in done..n {
         out[i] = act_one(gate[i], up[i], act);
-    }
-}
-
-/// A row of the KV cache.
-#[derive(Clone, Copy)]
-pub enum KvRow<'a> {
-    F16(&'a [u16]),
-    F32(&'a [f32]),
-}
-
-/// `dot(q, k)` with eight lanes and the fixed reduction; `q.len()` a multiple of 8.
-#[inline]
-pub fn dot_kv(isa: Isa, q: &[f32], k: KvRow<'_>) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: `Isa::Avx2` implies AVX2, FMA and F16C; the callee checks lengths.
-        return unsafe { avx2::dot_kv(q, k) };
-    }
-    let _ = isa;
-    let mut acc = [0f32; 8];
-    match k {
-        KvRow::F16(k) => {
-            for (qc, kc) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
-                for l in 0..8 {
-                    acc[l] = qc[l].mul_add(fp16_to_f32(kc[l]), acc[l]);
-                }
-            }
-        }
-        KvRow::F32(k) => {
-            for (qc, kc) in q.chunks_exact(8).zip(k.chunks_exact(8)) {
-                for l in 0..8 {
-                    acc[l] = qc[l].mul_add(kc[l], acc[l]);
-                }
-            }
-        }
-    }
-    hsum_lanes(&acc)
-}
-
-/// `acc[i] += e * v[i]` (fused), `acc.len()` a multiple of 8.
-#[inline]
-pub fn axpy_kv(isa: Isa, e: f32, v: KvRow<'_>, acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 {
-        // SAFETY: `Isa::Avx2` implies AVX2, FMA and F16C; the callee checks lengths.
-        return unsafe { avx2::axpy_kv(e, v, acc) };
-    }
-    let _ = isa;
-    match v {
-        KvRow::F16(v) => {
-            for (a, &h) in acc.iter_mut().zip(v) {
-                *a = e.mul_add(fp16_to_f32(h), *a);
-            }
-        }
-        KvRow::F32(v) => {
-            for (a, &x) in acc.iter_mut().zip(v) {
-                *a = e.mul_add(x, *a);
-            }
-        }
     }
 }
 
@@ -245,45 +184,6 @@ mod avx2 {
             i += 8;
         }
         n8
-    }
-
-    #[inline(always)]
-    unsafe fn load8(k: KvRow<'_>, i: usize) -> __m256 {
-        match k {
-            KvRow::F16(h) => _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(i) as *const __m128i)),
-            KvRow::F32(f) => _mm256_loadu_ps(f.as_ptr().add(i)),
-        }
-    }
-
-    fn kv_len(k: KvRow<'_>) -> usize {
-        match k {
-            KvRow::F16(h) => h.len(),
-            KvRow::F32(f) => f.len(),
-        }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_kv(q: &[f32], k: KvRow<'_>) -> f32 {
-        let n8 = q.len().min(kv_len(k)) / 8 * 8;
-        let mut acc = _mm256_setzero_ps();
-        let mut i = 0;
-        while i < n8 {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), load8(k, i), acc);
-            i += 8;
-        }
-        crate::dot::avx2::hsum(acc)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn axpy_kv(e: f32, v: KvRow<'_>, acc: &mut [f32]) {
-        let n8 = acc.len().min(kv_len(v)) / 8 * 8;
-        let ev = _mm256_set1_ps(e);
-        let mut i = 0;
-        while i < n8 {
-            let p = acc.as_mut_ptr().add(i);
-            _mm256_storeu_ps(p, _mm256_fmadd_ps(ev, load8(v, i), _mm256_loadu_ps(p)));
-            i += 8;
-        }
     }
 }
 

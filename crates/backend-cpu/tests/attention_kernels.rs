@@ -1,9 +1,12 @@
 //! The register-tiled AVX2 attention kernel against the portable one, bitwise, on shapes the
 //! model tests do not reach: long spans (several key chunks), sliding windows cutting through a
 //! block of queries, explicit masks with holes, whole rows masked out, several sequences with
-//! their own cache histories, grouped heads and head sizes 64, 128 and 256.
+//! their own cache histories, grouped heads and head sizes 64, 128 and 256. And the kernel's
+//! debug mode (which also stores its scores and softmax weights as the `kq`/`kq_softmax` taps)
+//! against its normal mode, bitwise, with the taps checked against the output they produced.
 
 use lockstep_backend_cpu::{CpuBackend, CpuOptions, Isa, KvType};
+use lockstep_graph::taps::Recorder;
 use lockstep_graph::{AttentionParams, Backend, Batch, BatchSeq, KvLayout, Taps};
 
 /// A deterministic stream of values in [-2, 2).
@@ -32,6 +35,18 @@ struct Case {
 }
 
 fn run(isa: Isa, kv: KvType, case: &Case, seed: u64) -> Vec<u32> {
+    run_full(isa, kv, case, seed, None).out
+}
+
+/// One attention call's inputs, output and (debug mode) taps.
+struct Ran {
+    out: Vec<u32>,
+    q: Vec<f32>,
+    batch: Batch,
+    params: AttentionParams,
+}
+
+fn run_full(isa: Isa, kv: KvType, case: &Case, seed: u64, rec: Option<&mut Recorder>) -> Ran {
     let b = CpuBackend::new(CpuOptions {
         threads: Some(2),
         kv_type: kv,
@@ -122,19 +137,21 @@ fn run(isa: Isa, kv: KvType, case: &Case, seed: u64) -> Vec<u32> {
         scale: 1.0 / (case.head_dim as f32).sqrt(),
         window: case.window,
     };
-    let out = b
-        .attention(&cache, 0, &q, &batch, p, &mut Taps::none())
-        .expect("attention");
-    out.data().iter().map(|x| x.to_bits()).collect()
+    let out = match rec {
+        Some(r) => b.attention(&cache, 0, &q, &batch, p, &mut Taps::new(r)),
+        None => b.attention(&cache, 0, &q, &batch, p, &mut Taps::none()),
+    }
+    .expect("attention");
+    Ran {
+        out: out.data().iter().map(|x| x.to_bits()).collect(),
+        q: q.data().to_vec(),
+        batch,
+        params: p,
+    }
 }
 
-#[test]
-fn tiled_avx2_attention_is_bitwise_the_portable_kernel() {
-    if Isa::detect() != Isa::Avx2 {
-        eprintln!("no AVX2 on this CPU: only the portable kernel exists here");
-        return;
-    }
-    let cases = [
+fn cases() -> Vec<Case> {
+    vec![
         // gemma3-like: 4 heads over 1 KV head of 256, window cutting a 300-key span.
         Case {
             head_dim: 256,
@@ -166,8 +183,16 @@ fn tiled_avx2_attention_is_bitwise_the_portable_kernel() {
             window: None,
             seqs: vec![(0, 150, 5)],
         },
-    ];
-    for (ci, case) in cases.iter().enumerate() {
+    ]
+}
+
+#[test]
+fn tiled_avx2_attention_is_bitwise_the_portable_kernel() {
+    if Isa::detect() != Isa::Avx2 {
+        eprintln!("no AVX2 on this CPU: only the portable kernel exists here");
+        return;
+    }
+    for (ci, case) in cases().iter().enumerate() {
         for kv in [KvType::F16, KvType::F32] {
             let fast = run(Isa::Avx2, kv, case, 7 + ci as u64);
             let portable = run(Isa::Portable, kv, case, 7 + ci as u64);
@@ -186,4 +211,101 @@ fn tiled_avx2_attention_is_bitwise_the_portable_kernel() {
             );
         }
     }
+}
+
+/// The debug mode (an observer wants `kq`/`kq_softmax`) gives bitwise the normal output, and
+/// its taps are the values that output was made of: every output row is the tapped weights
+/// times the tapped `v_read` rows, the weights are a softmax of the tapped scores, and the
+/// scores are `q . k_read * scale` where visible, `-inf` elsewhere.
+#[test]
+fn debug_mode_is_bitwise_normal() {
+    for isa in Isa::available() {
+        for (ci, case) in cases().iter().enumerate() {
+            let seed = 11 + ci as u64;
+            let normal = run_full(isa, KvType::F16, case, seed, None);
+            let mut rec = Recorder::new();
+            let debug = run_full(isa, KvType::F16, case, seed, Some(&mut rec));
+            assert_eq!(
+                normal.out, debug.out,
+                "{isa:?} case {ci}: debug mode changed kqv"
+            );
+            let get = |n: &str| rec.get(n).unwrap_or_else(|| panic!("tap {n}")).data.clone();
+            let (kq, probs) = (get("blk.0.kq"), get("blk.0.kq_softmax"));
+            let (k_read, v_read) = (get("blk.0.k_read"), get("blk.0.v_read"));
+            check_taps_explain_output(case, &debug, &kq, &probs, &k_read, &v_read, ci);
+        }
+    }
+}
+
+fn check_taps_explain_output(
+    case: &Case,
+    r: &Ran,
+    kq: &[f32],
+    probs: &[f32],
+    k_read: &[f32],
+    v_read: &[f32],
+    ci: usize,
+) {
+    let (hd, nh) = (case.head_dim, case.n_heads);
+    let group = nh / case.n_kv_heads;
+    let kv_dim = case.n_kv_heads * hd;
+    let q_dim = nh * hd;
+    let (mut at, mut kv_at, mut masked, mut visible) = (0usize, 0usize, 0usize, 0usize);
+    for seq in &r.batch.seqs {
+        let n_kv = seq.kv_slots.len();
+        for i in 0..seq.n_rows {
+            let row = seq.first_row + i;
+            for h in 0..nh {
+                let kh = h / group;
+                let qv = &r.q[row * q_dim + h * hd..row * q_dim + (h + 1) * hd];
+                let s = &kq[at..at + n_kv];
+                let w = &probs[at..at + n_kv];
+                at += n_kv;
+                let mut out = vec![0f64; hd];
+                for j in 0..n_kv {
+                    let key = &k_read[(kv_at + j) * kv_dim + kh * hd..][..hd];
+                    let val = &v_read[(kv_at + j) * kv_dim + kh * hd..][..hd];
+                    if s[j] == f32::NEG_INFINITY {
+                        assert_eq!(w[j], 0.0, "case {ci}: a masked key has weight");
+                        masked += 1;
+                        continue;
+                    }
+                    visible += 1;
+                    let dot: f64 = qv.iter().zip(key).map(|(&a, &b)| f64::from(a * b)).sum();
+                    let want = dot * f64::from(r.params.scale);
+                    assert!(
+                        (f64::from(s[j]) - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "case {ci}: score {} vs q.k*scale {want}",
+                        s[j]
+                    );
+                    for (o, &v) in out.iter_mut().zip(val) {
+                        *o += f64::from(w[j]) * f64::from(v);
+                    }
+                }
+                let total: f64 = w.iter().map(|&x| f64::from(x)).sum();
+                let got = &r.out[row * q_dim + h * hd..row * q_dim + (h + 1) * hd];
+                if total == 0.0 {
+                    assert!(got.iter().all(|&b| f32::from_bits(b) == 0.0));
+                    continue;
+                }
+                assert!(
+                    (total - 1.0).abs() < 1e-5,
+                    "case {ci}: weights sum to {total}"
+                );
+                for (o, &g) in out.iter().zip(got) {
+                    let g = f64::from(f32::from_bits(g));
+                    assert!(
+                        (o - g).abs() <= 1e-5 * (1.0 + g.abs()),
+                        "case {ci}: kqv {g} vs taps' weighted sum {o}"
+                    );
+                }
+            }
+        }
+        kv_at += n_kv;
+    }
+    assert_eq!(at, kq.len(), "case {ci}: kq layout");
+    assert!(
+        visible > 0 && (case.window.is_none() || masked > 0),
+        "case {ci}"
+    );
 }
