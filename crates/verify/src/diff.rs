@@ -4,6 +4,11 @@
 //! in execution order; the first tap whose error exceeds its tolerance is where the two
 //! backends part. Everything before it agreed, so the taps it consumes agreed too; the verdict
 //! prints them with their errors as evidence.
+//!
+//! A backend whose fused kernels never hold some intermediates declares them
+//! (`Backend::hidden_taps`, recorded in traces as `hidden_taps`). Such a tap is not missing
+//! evidence: the verdict looks through it to the taps it was computed from, which both sides
+//! have, and says which taps the backend does not expose.
 
 use std::fmt::Write as _;
 
@@ -11,8 +16,10 @@ use serde::Serialize;
 
 use crate::metrics::{argmax, compare, kl_divergence, Metrics};
 use crate::run::{AnyEngine, RunSpec, Stepper};
-use crate::taps::{cmp_taps, explain, inputs_of};
+use crate::taps::{cmp_taps, explain, inputs_of, parse_tap};
 use crate::tolerance::{kind_of, tolerance, Profile, Tolerance};
+#[cfg(test)]
+use crate::trace::TraceMeta;
 use crate::trace::{StepTrace, Trace};
 use crate::VerifyError;
 
@@ -75,8 +82,11 @@ pub struct Verdict {
     pub tap: String,
     pub metrics: Metrics,
     pub tolerance: Tolerance,
-    /// The taps `tap` consumes, with their errors in the same step.
+    /// The taps `tap` consumes, with their errors in the same step (looking through taps a
+    /// side does not expose to what they were computed from).
     pub inputs: Vec<(String, Option<Metrics>, bool)>,
+    /// Per backend, the taps between those inputs and `tap` it does not expose.
+    pub not_exposed: Vec<(String, Vec<String>)>,
     pub explanation: String,
 }
 
@@ -112,6 +122,9 @@ impl Verdict {
                 .collect();
             let _ = write!(s, " while {}", parts.join(" and "));
         }
+        for (backend, taps) in &self.not_exposed {
+            let _ = write!(s, "; backend {backend} does not expose {}", taps.join(", "));
+        }
         let _ = write!(s, ": {}", self.explanation);
         s
     }
@@ -125,6 +138,8 @@ pub struct DiffReport {
     pub steps: Vec<StepDiff>,
     pub positions: Vec<PositionStat>,
     pub verdict: Option<Verdict>,
+    /// Per backend, the per-layer taps it declares it does not expose (`hidden_taps`).
+    pub hidden_taps: Vec<(String, Vec<String>)>,
     /// Seconds spent comparing (beyond running the backends).
     pub compare_seconds: f64,
 }
@@ -138,6 +153,8 @@ impl DiffReport {
 /// Accumulates step comparisons.
 pub struct Comparer {
     profile: Profile,
+    /// Per side: backend name and the per-layer taps it does not expose.
+    hidden: [(String, Vec<String>); 2],
     steps: Vec<StepDiff>,
     positions: Vec<PositionStat>,
     verdict: Option<Verdict>,
@@ -148,10 +165,59 @@ impl Comparer {
     pub fn new(profile: Profile) -> Comparer {
         Comparer {
             profile,
+            hidden: Default::default(),
             steps: Vec::new(),
             positions: Vec::new(),
             verdict: None,
             seconds: 0.0,
+        }
+    }
+
+    /// Declares the per-layer taps each side does not expose (`Backend::hidden_taps`, or a
+    /// trace's `hidden_taps`), with the backends' names for the verdict.
+    pub fn set_hidden(&mut self, a: (String, Vec<String>), b: (String, Vec<String>)) {
+        self.hidden = [a, b];
+    }
+
+    /// The backends that do not expose tap `name` (a per-layer tap in their hidden list).
+    fn hidden_by(&self, name: &str) -> Vec<String> {
+        let t = parse_tap(name);
+        if t.layer.is_none() {
+            return Vec::new();
+        }
+        self.hidden
+            .iter()
+            .filter(|(_, ops)| ops.iter().any(|o| o == t.op))
+            .map(|(b, _)| b.clone())
+            .collect()
+    }
+
+    /// The compared taps `name` was computed from, looking through taps a side does not
+    /// expose (recorded in `not_exposed`, per backend).
+    fn resolve_inputs(
+        &self,
+        name: &str,
+        compared: &dyn Fn(&str) -> bool,
+        out: &mut Vec<String>,
+        not_exposed: &mut Vec<(String, Vec<String>)>,
+    ) {
+        let known = |n: &str| compared(n) || !self.hidden_by(n).is_empty();
+        for input in inputs_of(name, &known) {
+            let by = self.hidden_by(&input);
+            if by.is_empty() || compared(&input) {
+                if !out.contains(&input) {
+                    out.push(input);
+                }
+                continue;
+            }
+            for b in by {
+                match not_exposed.iter_mut().find(|(x, _)| *x == b) {
+                    Some((_, taps)) if taps.contains(&input) => {}
+                    Some((_, taps)) => taps.push(input.clone()),
+                    None => not_exposed.push((b, vec![input.clone()])),
+                }
+            }
+            self.resolve_inputs(&input, compared, out, not_exposed);
         }
     }
 
@@ -221,13 +287,24 @@ impl Comparer {
         if self.verdict.is_none() {
             if let Some(first) = sd.taps.iter().find(|t| !t.pass) {
                 let present = |n: &str| sd.taps.iter().any(|t| t.name == n);
-                let inputs = inputs_of(&first.name, &present)
+                let (mut names, mut not_exposed) = (Vec::new(), Vec::new());
+                self.resolve_inputs(&first.name, &present, &mut names, &mut not_exposed);
+                for (_, taps) in &mut not_exposed {
+                    taps.sort_by(|x, y| cmp_taps(x, y));
+                }
+                let inputs = names
                     .into_iter()
                     .map(|n| {
                         let t = sd.taps.iter().find(|t| t.name == n);
                         (n, t.map(|t| t.metrics), t.is_some_and(|t| t.pass))
                     })
                     .collect();
+                let mut explanation = explain(&first.name);
+                if !not_exposed.is_empty() && parse_tap(&first.name).op == "kqv" {
+                    explanation = "the fused attention is wrong (its scores, softmax or weighted \
+                                   sum: the kernel does not expose which)"
+                        .into();
+                }
                 self.verdict = Some(Verdict {
                     step: sd.step,
                     step_kind: sd.kind,
@@ -235,7 +312,8 @@ impl Comparer {
                     metrics: first.metrics,
                     tolerance: first.tolerance,
                     inputs,
-                    explanation: explain(&first.name),
+                    not_exposed,
+                    explanation,
                 });
             }
         }
@@ -251,6 +329,11 @@ impl Comparer {
             steps: self.steps,
             positions: self.positions,
             verdict: self.verdict,
+            hidden_taps: self
+                .hidden
+                .into_iter()
+                .filter(|(_, ops)| !ops.is_empty())
+                .collect(),
             compare_seconds: self.seconds,
         }
     }
@@ -259,6 +342,10 @@ impl Comparer {
 /// Compares two saved traces step by step (matched by step number).
 pub fn diff_traces(a: &Trace, b: &Trace, profile: Profile) -> DiffReport {
     let mut c = Comparer::new(profile);
+    c.set_hidden(
+        (a.meta.backend.clone(), a.meta.hidden_taps.clone()),
+        (b.meta.backend.clone(), b.meta.hidden_taps.clone()),
+    );
     for sa in &a.steps {
         if let Some(sb) = b.steps.iter().find(|s| s.step == sa.step) {
             c.add_step(sa, sb);
@@ -283,8 +370,13 @@ pub fn diff_engine_vs_trace(
         .map(|s| s.tokens.clone())
         .unwrap_or_default();
     spec.decode = a.steps.len().saturating_sub(1);
+    let hidden_b = (name_b.clone(), b.hidden_taps());
     let mut sb = Stepper::new(b, spec)?;
     let mut c = Comparer::new(profile);
+    c.set_hidden(
+        (a.meta.backend.clone(), a.meta.hidden_taps.clone()),
+        hidden_b,
+    );
     for sa in &a.steps {
         let Some(tb) = sb.step(Some(sa.tokens.clone()))? else {
             break;
@@ -304,9 +396,14 @@ pub fn diff_engines(
     profile: Profile,
 ) -> Result<DiffReport, VerifyError> {
     let (name_a, name_b) = (a.backend_name(), b.backend_name());
+    let hidden = (
+        (name_a.clone(), a.hidden_taps()),
+        (name_b.clone(), b.hidden_taps()),
+    );
     let mut sa = Stepper::new(a, spec.clone())?;
     let mut sb = Stepper::new(b, spec.clone())?;
     let mut c = Comparer::new(profile);
+    c.set_hidden(hidden.0, hidden.1);
     while let Some(ta) = sa.step(None)? {
         let Some(tb) = sb.step(Some(ta.tokens.clone()))? else {
             break;
@@ -380,13 +477,35 @@ pub fn render(r: &DiffReport, verbose: bool) -> String {
             }
         );
     }
-    let only_a: usize = r.steps.iter().map(|s| s.only_a.len()).sum();
-    let only_b: usize = r.steps.iter().map(|s| s.only_b.len()).sum();
+    for (backend, ops) in &r.hidden_taps {
+        let _ = writeln!(
+            s,
+            "not exposed by {backend} (its fused kernels never hold them): {}",
+            ops.join(", ")
+        );
+    }
+    let declared = |n: &&String| {
+        let op = parse_tap(n).op;
+        r.hidden_taps
+            .iter()
+            .any(|(_, ops)| ops.iter().any(|o| o == op))
+    };
+    let only_a: usize = r
+        .steps
+        .iter()
+        .map(|s| s.only_a.iter().filter(|n| !declared(n)).count())
+        .sum();
+    let only_b: usize = r
+        .steps
+        .iter()
+        .map(|s| s.only_b.iter().filter(|n| !declared(n)).count())
+        .sum();
     if only_a + only_b > 0 {
         let example = r
             .steps
             .iter()
             .flat_map(|s| s.only_a.iter().chain(&s.only_b))
+            .filter(|n| !declared(n))
             .take(3)
             .cloned()
             .collect::<Vec<_>>()
@@ -444,4 +563,102 @@ pub fn render(r: &DiffReport, verbose: bool) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_graph::HostTensor;
+
+    fn step(taps: &[(&str, f32)]) -> StepTrace {
+        StepTrace {
+            step: 0,
+            tokens: vec![1, 2],
+            positions: vec![0, 1],
+            taps: taps
+                .iter()
+                .map(|&(n, v)| (n.to_string(), HostTensor::matrix(1, 2, vec![v, 1.0])))
+                .collect(),
+        }
+    }
+
+    /// Side B's fused attention hides `kq`/`kq_softmax`: a wrong `kqv` is blamed on the fused
+    /// attention with the inputs both sides have (q_rope, k_read, v_read) as evidence, and the
+    /// hidden taps are named, from engines or from trace metadata alike.
+    #[test]
+    fn verdict_looks_through_hidden_taps() {
+        let common = [
+            ("blk.3.q_rope", 1.0),
+            ("blk.3.k_rope", 1.0),
+            ("blk.3.k_read", 1.0),
+            ("blk.3.v_read", 1.0),
+        ];
+        let mut a_taps = common.to_vec();
+        a_taps.extend([
+            ("blk.3.kq", 1.0),
+            ("blk.3.kq_softmax", 1.0),
+            ("blk.3.kqv", 1.0),
+        ]);
+        let mut b_taps = common.to_vec();
+        b_taps.push(("blk.3.kqv", -5.0));
+        let (a, b) = (step(&a_taps), step(&b_taps));
+        let mut c = Comparer::new(Profile::Exact);
+        c.set_hidden(
+            ("ref".into(), Vec::new()),
+            ("fused".into(), vec!["kq".into(), "kq_softmax".into()]),
+        );
+        c.add_step(&a, &b);
+        let r = c.finish("ref".into(), "fused".into());
+        let v = r.verdict.as_ref().expect("a divergence");
+        assert_eq!(v.tap, "blk.3.kqv");
+        let names: Vec<&str> = v.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["blk.3.q_rope", "blk.3.k_read", "blk.3.v_read"]);
+        assert!(v.inputs.iter().all(|(_, m, pass)| m.is_some() && *pass));
+        assert_eq!(
+            v.not_exposed,
+            [(
+                "fused".to_string(),
+                vec!["blk.3.kq".to_string(), "blk.3.kq_softmax".to_string()]
+            )]
+        );
+        let text = render(&r, false);
+        assert!(
+            text.contains(
+                "backend fused does not expose blk.3.kq, blk.3.kq_softmax: the fused attention"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("not exposed by fused"), "{text}");
+        assert!(!text.contains("not compared"), "{text}");
+
+        // The same from trace files: the hidden list travels in the metadata.
+        let meta = |backend: &str, hidden: Vec<String>| TraceMeta {
+            backend: backend.into(),
+            hidden_taps: hidden,
+            ..TraceMeta::default()
+        };
+        let ta = Trace {
+            meta: meta("ref", Vec::new()),
+            steps: vec![a],
+        };
+        let tb = Trace {
+            meta: meta("fused", vec!["kq".into(), "kq_softmax".into()]),
+            steps: vec![b],
+        };
+        let tb = Trace::from_bytes(&tb.to_bytes().expect("bytes")).expect("parse");
+        let r2 = diff_traces(&ta, &tb, Profile::Exact);
+        let v2 = r2.verdict.expect("a divergence");
+        assert_eq!(v2.sentence(), v.sentence());
+
+        // Without the declaration the missing scores are just not compared, and the verdict
+        // names only v_read as kqv's input: what this test guards against.
+        let mut c = Comparer::new(Profile::Exact);
+        c.add_step(&ta.steps[0], &tb.steps[0]);
+        let v3 = c
+            .finish("ref".into(), "fused".into())
+            .verdict
+            .expect("divergence");
+        let names: Vec<&str> = v3.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["blk.3.v_read"]);
+    }
 }

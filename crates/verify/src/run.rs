@@ -14,6 +14,10 @@ use crate::VerifyError;
 /// time.
 pub trait AnyEngine {
     fn backend_name(&self) -> String;
+    /// The backend's per-layer taps its kernels never hold (`Backend::hidden_taps`).
+    fn hidden_taps(&self) -> Vec<String> {
+        Vec::new()
+    }
     fn n_vocab(&self) -> usize;
     fn n_layers(&self) -> usize;
     fn new_sequence(&mut self) -> SeqId;
@@ -30,6 +34,13 @@ pub trait AnyEngine {
 impl<B: Backend> AnyEngine for Engine<B> {
     fn backend_name(&self) -> String {
         self.backend.name().to_string()
+    }
+    fn hidden_taps(&self) -> Vec<String> {
+        self.backend
+            .hidden_taps()
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
     }
     fn n_vocab(&self) -> usize {
         Engine::n_vocab(self)

@@ -22,7 +22,7 @@ pub enum Profile {
 }
 
 /// Backends whose clean runs were calibrated bitwise equal to the reference.
-pub const BITWISE_BACKENDS: &[&str] = &["ref", "faulty"];
+pub const BITWISE_BACKENDS: &[&str] = &["ref"];
 
 impl Profile {
     pub fn parse(s: &str) -> Option<Profile> {
@@ -43,7 +43,7 @@ impl Profile {
     }
 
     /// The calibrated profile for comparing backend `a` with backend `b` (names as traces
-    /// record them; `faulty[...]` counts as `faulty`).
+    /// record them; `cpu[FAULT]` counts as `cpu`).
     pub fn for_backends(a: &str, b: &str) -> Profile {
         let base = |s: &str| s.split('[').next().unwrap_or(s).to_string();
         let (a, b) = (base(a), base(b));

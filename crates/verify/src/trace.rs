@@ -3,8 +3,9 @@
 //! File layout: tensor `s{step}/{tap}` (f32, the tap's shape) for every recorded tap, e.g.
 //! `s0/blk.3.k_read` (prefill) or `s2/result_output` (second decode step). The safetensors
 //! `__metadata__` holds `lockstep.trace` (format version), `model`, `model_sha256`,
-//! `backend`, `filter` and `steps`: a JSON list of `{step, tokens, positions}`. Other
-//! engines write the same layout (`tools/hf_trace.py`).
+//! `backend`, `filter`, `hidden_taps` (comma-separated per-layer taps the backend's kernels
+//! never hold, from `Backend::hidden_taps`; absent = none) and `steps`: a JSON list of
+//! `{step, tokens, positions}`. Other engines write the same layout (`tools/hf_trace.py`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,10 +43,13 @@ pub struct TraceMeta {
     /// File name of the model.
     pub model: String,
     pub model_sha256: String,
-    /// Backend that produced the trace (`ref`, `faulty[kv-wrong-layer]`, `hf-transformers`).
+    /// Backend that produced the trace (`ref`, `cpu`, `cpu[kv-wrong-layer]`, `hf-transformers`).
     pub backend: String,
     /// The tap filter the run used (empty = everything).
     pub filter: String,
+    /// Per-layer taps (`kq`, `kq_softmax`) the backend does not expose because its kernels
+    /// never hold them; `diff` localizes around them (`Backend::hidden_taps`).
+    pub hidden_taps: Vec<String>,
 }
 
 /// One forward step: its input tokens, their positions, and the recorded taps in execution
@@ -102,6 +106,9 @@ impl Trace {
         md.insert("model_sha256".to_string(), self.meta.model_sha256.clone());
         md.insert("backend".to_string(), self.meta.backend.clone());
         md.insert("filter".to_string(), self.meta.filter.clone());
+        if !self.meta.hidden_taps.is_empty() {
+            md.insert("hidden_taps".to_string(), self.meta.hidden_taps.join(","));
+        }
         let steps: Vec<StepMeta> = self
             .steps
             .iter()
@@ -159,6 +166,12 @@ impl Trace {
             model_sha256: get("model_sha256"),
             backend: get("backend"),
             filter: get("filter"),
+            hidden_taps: get("hidden_taps")
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(String::from)
+                .collect(),
         };
         let step_meta: Vec<StepMeta> = serde_json::from_str(&get("steps"))
             .map_err(|e| bad(format!("metadata `steps`: {e}")))?;
@@ -222,6 +235,7 @@ mod tests {
                 model_sha256: "ab".into(),
                 backend: "ref".into(),
                 filter: "".into(),
+                hidden_taps: vec!["kq".into(), "kq_softmax".into()],
             },
             steps: vec![
                 StepTrace {

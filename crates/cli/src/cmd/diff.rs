@@ -76,22 +76,15 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         [] => {
             let m = open_model(&args.model)?;
             let cfg = engine_config(&args.model);
+            // The fault goes to the side under test: B when it is the cpu backend, else A.
             let inject = args.model.inject.as_deref();
-            let mut ea = open_engine(
-                &args.a,
-                if args.a == "faulty" { inject } else { None },
-                &m.file,
-                cfg.clone(),
-            )?;
-            let mut eb = open_engine(
-                &args.b,
-                if args.b == "faulty" { inject } else { None },
-                &m.file,
-                cfg,
-            )?;
-            if inject.is_some() && args.a != "faulty" && args.b != "faulty" {
-                bail!("--inject needs `--b faulty` (or `--a faulty`)");
+            let inject_b = inject.filter(|_| args.b == "cpu");
+            let inject_a = inject.filter(|_| args.a == "cpu" && inject_b.is_none());
+            if inject.is_some() && inject_a.is_none() && inject_b.is_none() {
+                bail!("--inject plants faults in the cpu backend: use `--b cpu` (or `--a cpu`)");
             }
+            let mut ea = open_engine(&args.a, inject_a, &m.file, cfg.clone())?;
+            let mut eb = open_engine(&args.b, inject_b, &m.file, cfg)?;
             let spec = run_spec(&m.tokenizer, &args.prompt, &args.filter, ea.n_vocab())?;
             let profile = pick_profile(&args, &ea.backend_name(), &eb.backend_name())?;
             diff_engines(ea.as_mut(), eb.as_mut(), &spec, profile)?

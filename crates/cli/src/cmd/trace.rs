@@ -1,6 +1,7 @@
 //! `lockstep trace`: record the taps of a run (prefill, then decode steps) to a safetensors
 //! file. Also the pieces `diff` and `check` share: backend selection (with `--inject` in
-//! builds with the `faults` feature), prompts as text or ids, teacher forcing.
+//! builds with the `faults` feature, planted in the cpu backend's kernels), prompts as text or
+//! ids, teacher forcing.
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +16,7 @@ use lockstep_tokenizer::Tokenizer;
 use lockstep_verify::{parse_ids, record, AnyEngine, MaskMode, RunSpec, TapFilter, TraceMeta};
 
 /// The backends `--backend`, `--a` and `--b` accept.
-pub const BACKENDS: &[&str] = &["ref", "cpu", "faulty"];
+pub const BACKENDS: &[&str] = &["ref", "cpu"];
 
 /// Model options of the verification commands.
 #[derive(Args, Debug, Clone)]
@@ -29,8 +30,8 @@ pub struct VerifyModelArgs {
     /// Context length (tokens).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 2048)]
     pub ctx_size: usize,
-    /// Plant a seeded fault in the non-reference backend `faulty` (only in builds with the
-    /// `faults` feature; see `lockstep diff --list-faults`).
+    /// Plant a seeded fault in the cpu backend's own kernels (only in builds with the
+    /// `faults` feature; see `lockstep diff --list-faults`). The reference stays pristine.
     #[arg(long)]
     pub inject: Option<String>,
 }
@@ -113,58 +114,52 @@ fn boxed<B: Backend + 'static>(
     Ok(Box::new(Engine::new(backend, model, cfg)?))
 }
 
-/// An engine on the named backend. `inject` plants a fault in the `faulty` backend.
+/// An engine on the named backend. `inject` plants a seeded fault in the cpu backend.
 pub fn open_engine(
     name: &str,
     inject: Option<&str>,
     file: &GgufFile,
     cfg: EngineConfig,
 ) -> Result<Box<dyn AnyEngine>> {
-    if inject.is_some() && name != "faulty" {
-        bail!("--inject applies to the `faulty` backend only (the reference stays pristine); backend `{name}` was asked for");
+    if inject.is_some() && name != "cpu" {
+        bail!("--inject plants faults in the `cpu` backend's kernels (the reference stays pristine); backend `{name}` was asked for");
     }
     match name {
         "ref" => boxed(RefBackend::new(), file, cfg),
-        "cpu" => boxed(
-            lockstep_backend_cpu::CpuBackend::new(lockstep_backend_cpu::CpuOptions::default()),
-            file,
-            cfg,
-        ),
-        "faulty" => faulty_engine(inject, file, cfg),
+        "cpu" => boxed(cpu_backend(inject)?, file, cfg),
         other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
     }
 }
 
 #[cfg(feature = "faults")]
-fn faulty_engine(
-    inject: Option<&str>,
-    file: &GgufFile,
-    cfg: EngineConfig,
-) -> Result<Box<dyn AnyEngine>> {
-    use lockstep_backend_faulty::{Fault, FaultyBackend};
+fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend> {
+    use lockstep_backend_cpu::{CpuBackend, CpuOptions, Fault};
     let fault = match inject {
         None => None,
         Some(s) => Some(Fault::parse(s).with_context(|| {
             format!("unknown fault `{s}` (known: {})", Fault::names().join(", "))
         })?),
     };
-    boxed(FaultyBackend::new(fault), file, cfg)
+    let mut b = CpuBackend::new(CpuOptions::default());
+    b.set_fault(fault);
+    Ok(b)
 }
 
 #[cfg(not(feature = "faults"))]
-fn faulty_engine(
-    _inject: Option<&str>,
-    _file: &GgufFile,
-    _cfg: EngineConfig,
-) -> Result<Box<dyn AnyEngine>> {
-    bail!("this lockstep was built without fault injection (build with `--features faults`)")
+fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend> {
+    if inject.is_some() {
+        bail!("this lockstep was built without fault injection (build with `--features faults`)");
+    }
+    Ok(lockstep_backend_cpu::CpuBackend::new(
+        lockstep_backend_cpu::CpuOptions::default(),
+    ))
 }
 
 /// The fault names, if this build has them.
 pub fn fault_names() -> Vec<&'static str> {
     #[cfg(feature = "faults")]
     {
-        lockstep_backend_faulty::Fault::names()
+        lockstep_backend_cpu::Fault::names()
     }
     #[cfg(not(feature = "faults"))]
     {
@@ -238,6 +233,7 @@ pub fn run(args: TraceArgs) -> Result<()> {
         model_sha256: model_sha256(&m.path)?,
         backend: engine.backend_name(),
         filter: spec.filter.spec(),
+        hidden_taps: engine.hidden_taps(),
     };
     let trace = record(engine.as_mut(), &spec, meta)?;
     trace.save(&args.output)?;
