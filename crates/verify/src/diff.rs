@@ -87,6 +87,9 @@ pub struct Verdict {
     pub inputs: Vec<(String, Option<Metrics>, bool)>,
     /// Per backend, the taps between those inputs and `tap` it does not expose.
     pub not_exposed: Vec<(String, Vec<String>)>,
+    /// When `tap` is within its kind's tolerance but the cache read that copies it is not:
+    /// that read and its error (the read only carried the error on).
+    pub carried_into: Option<(String, Metrics)>,
     pub explanation: String,
 }
 
@@ -105,6 +108,14 @@ impl Verdict {
             self.metrics.cosine,
             fmt_tol(&self.tolerance)
         );
+        if let Some((read, m)) = &self.carried_into {
+            let _ = write!(
+                s,
+                ", within that band but the cache read {read} that copies it fails with the \
+                 same error (NMSE {})",
+                fmt_e(m.nmse)
+            );
+        }
         if self.inputs.is_empty() {
             s.push_str(" and it has no tap inputs (it reads the token ids, which are identical)");
         } else {
@@ -285,8 +296,27 @@ impl Comparer {
             only_b,
         };
         if self.verdict.is_none() {
-            if let Some(first) = sd.taps.iter().find(|t| !t.pass) {
+            if let Some(failing) = sd.taps.iter().find(|t| !t.pass) {
                 let present = |n: &str| sd.taps.iter().any(|t| t.name == n);
+                let find = |n: &str| sd.taps.iter().find(|t| t.name == n);
+                // A cache read only copies its input through f16: when that input already
+                // carries (at least half) the read's error, within its own kind's wider band,
+                // the error entered there.
+                let mut first = failing;
+                let mut carried_into = None;
+                while matches!(parse_tap(&first.name).op, "k_read" | "v_read") {
+                    let ins = inputs_of(&first.name, &present);
+                    let Some(src) = ins.first().and_then(|n| find(n)) else {
+                        break;
+                    };
+                    let (e_src, e_read) = (src.metrics.nmse, first.metrics.nmse);
+                    if ins.len() != 1 || !e_src.is_finite() || e_src < 0.5 * e_read || e_src == 0.0
+                    {
+                        break;
+                    }
+                    carried_into.get_or_insert((failing.name.clone(), failing.metrics));
+                    first = src;
+                }
                 let (mut names, mut not_exposed) = (Vec::new(), Vec::new());
                 self.resolve_inputs(&first.name, &present, &mut names, &mut not_exposed);
                 for (_, taps) in &mut not_exposed {
@@ -313,6 +343,7 @@ impl Comparer {
                     tolerance: first.tolerance,
                     inputs,
                     not_exposed,
+                    carried_into,
                     explanation,
                 });
             }
@@ -660,5 +691,52 @@ mod tests {
             .expect("divergence");
         let names: Vec<&str> = v3.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
         assert_eq!(names, ["blk.3.v_read"]);
+    }
+
+    /// A projection within the matmul band whose error the (tighter) cache read carries on:
+    /// the verdict names the projection, not the read; a read that adds its own error stays.
+    #[test]
+    fn error_carried_into_a_cache_read_is_blamed_where_it_entered() {
+        let a = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.v", 1.0),
+            ("blk.0.v_read", 1.0),
+        ]);
+        // NMSE (1 - 0.4)^2 / 2 = 0.18: inside the quant matmul band, outside kv_read's.
+        let b = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.v", 0.4),
+            ("blk.0.v_read", 0.4),
+        ]);
+        let mut c = Comparer::new(Profile::Quant);
+        c.add_step(&a, &b);
+        let v = c
+            .finish("ref".into(), "cpu".into())
+            .verdict
+            .expect("divergence");
+        assert_eq!(v.tap, "blk.0.v");
+        assert_eq!(
+            v.carried_into.as_ref().map(|x| x.0.as_str()),
+            Some("blk.0.v_read")
+        );
+        assert!(
+            v.sentence().contains("the V projection"),
+            "{}",
+            v.sentence()
+        );
+
+        let b = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.v", 1.01),
+            ("blk.0.v_read", 0.4),
+        ]);
+        let mut c = Comparer::new(Profile::Quant);
+        c.add_step(&a, &b);
+        let v = c
+            .finish("ref".into(), "cpu".into())
+            .verdict
+            .expect("divergence");
+        assert_eq!(v.tap, "blk.0.v_read");
+        assert!(v.carried_into.is_none());
     }
 }
