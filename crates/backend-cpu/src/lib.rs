@@ -126,6 +126,9 @@ pub struct CpuBackend {
     scratch: Vec<Mutex<Scratch>>,
     rope_cache: Mutex<Vec<RopeTable>>,
     fault: Planted,
+    /// `cpu`, or `cpu[FAULT]` with a fault planted (what traces and diffs print).
+    #[cfg(feature = "faults")]
+    label: String,
 }
 
 struct Scratch {
@@ -298,6 +301,8 @@ impl CpuBackend {
                 .collect(),
             rope_cache: Mutex::new(Vec::new()),
             fault: Planted::default(),
+            #[cfg(feature = "faults")]
+            label: "cpu".to_string(),
         }
     }
 
@@ -306,6 +311,10 @@ impl CpuBackend {
     #[cfg(feature = "faults")]
     pub fn set_fault(&mut self, fault: Option<Fault>) {
         self.fault = fault;
+        self.label = match fault {
+            Some(f) => format!("cpu[{}]", f.name()),
+            None => "cpu".to_string(),
+        };
     }
 
     #[cfg(feature = "faults")]
@@ -528,6 +537,9 @@ impl Backend for CpuBackend {
     type KvCache = CpuKvCache;
 
     fn name(&self) -> &str {
+        #[cfg(feature = "faults")]
+        return &self.label;
+        #[cfg(not(feature = "faults"))]
         "cpu"
     }
 

@@ -1,7 +1,9 @@
-//! Generation monitors: each fires on its seed symptom (a seeded fault) within 16 tokens and
-//! stays silent on clean runs of every fixture prompt (16 greedy tokens, watch mode on).
+//! Generation monitors: each fires on its seed symptom (a fault planted in the cpu backend's
+//! kernels) within 16 tokens and stays silent on clean cpu runs of every fixture prompt (16
+//! greedy tokens, watch mode on).
 
-use lockstep_backend_faulty::{Fault, FaultyBackend};
+use lockstep_backend_cpu::{CpuBackend, CpuOptions};
+use lockstep_fault_table::Fault;
 use lockstep_engine::{
     generate_with, Engine, EngineConfig, GenerateError, GenerateOptions, MonitorConfig,
     MonitorWarning, SamplingParams, WarningKind,
@@ -14,7 +16,7 @@ use lockstep_tokenizer::Tokenizer;
 const HORIZON: usize = 16;
 
 struct Setup {
-    engine: Engine<FaultyBackend>,
+    engine: Engine<CpuBackend>,
     tok: Tokenizer,
 }
 
@@ -22,7 +24,7 @@ fn setup(model: &str) -> Setup {
     let path = model_path(model);
     let file = GgufFile::open(&path).expect("open");
     let tok = Tokenizer::from_metadata(file.metadata()).expect("tokenizer");
-    let b = FaultyBackend::new(None);
+    let b = CpuBackend::new(CpuOptions::default());
     let m = Model::load(&file, &b).expect("load");
     let cfg = EngineConfig {
         n_ctx: 1024,
