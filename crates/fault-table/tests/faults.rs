@@ -65,7 +65,11 @@ fn first_q8_matmul(file: &GgufFile, n_layers: usize) -> String {
     } else {
         "token_embd.weight"
     };
-    assert_eq!(ty(head), Some(GgmlType::Q8_0), "the model has no Q8_0 matmul");
+    assert_eq!(
+        ty(head),
+        Some(GgmlType::Q8_0),
+        "the model has no Q8_0 matmul"
+    );
     "result_output".into()
 }
 
@@ -130,8 +134,8 @@ fn localise_all(model: &str) {
         }
         let t0 = Instant::now();
         ce.backend.set_fault(Some(f));
-        let report = diff_engine_vs_trace(&traces[&key], &mut ce, &spec, Profile::Quant)
-            .expect("diff");
+        let report =
+            diff_engine_vs_trace(&traces[&key], &mut ce, &spec, Profile::Quant).expect("diff");
         let secs = t0.elapsed().as_secs_f64();
         let verdict = report.verdict.as_ref().map(|v| v.sentence());
         let line = verdict.clone().unwrap_or_else(|| "AGREE".into());
@@ -175,8 +179,8 @@ fn localise_all(model: &str) {
                 };
                 let clean = record(&mut ce, &spec, meta).expect("clean cpu trace");
                 ce.backend.set_fault(Some(f));
-                let vs_clean = diff_engine_vs_trace(&clean, &mut ce, &spec, Profile::Exact)
-                    .expect("diff");
+                let vs_clean =
+                    diff_engine_vs_trace(&clean, &mut ce, &spec, Profile::Exact).expect("diff");
                 match &vs_clean.verdict {
                     Some(v) if v.step == 0 && v.tap == op => eprintln!(
                         "{model} | {} | vs clean cpu (exact): {}",

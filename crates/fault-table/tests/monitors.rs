@@ -3,11 +3,11 @@
 //! greedy tokens, watch mode on).
 
 use lockstep_backend_cpu::{CpuBackend, CpuOptions};
-use lockstep_fault_table::Fault;
 use lockstep_engine::{
     generate_with, Engine, EngineConfig, GenerateError, GenerateOptions, MonitorConfig,
     MonitorWarning, SamplingParams, WarningKind,
 };
+use lockstep_fault_table::Fault;
 use lockstep_gguf::GgufFile;
 use lockstep_models::Model;
 use lockstep_testkit::{fixture_prompts, model_path};
@@ -92,10 +92,10 @@ fn monitors_smollm2() {
         "smollm2",
         &[
             (RepeatedToken, Q8WrongScale),
-            (SpecialToken, KvF16AsF32),
             (NonFinite, CausalOffByOne),
             (FlatLogits, OutputNormZero),
             (UniformAttention, SoftmaxScale),
+            (UniformAttention, SoftmaxFlat),
             (DeadLayer, FfnDownZero),
             (FrozenHidden, EmbedBroadcast),
         ],
@@ -109,12 +109,13 @@ fn monitors_gemma3() {
     check(
         "gemma3",
         &[
-            (RepeatedToken, Q8WrongScale),
+            (RepeatedToken, HeadOffset),
             (Cycle, SoftmaxScale),
             (SpecialToken, LmHeadSkipped),
             (NonFinite, CausalOffByOne),
             (FlatLogits, OutputNormZero),
             (UniformAttention, SoftmaxScale),
+            (UniformAttention, SoftmaxFlat),
             (DeadLayer, FfnDownZero),
             (FrozenHidden, EmbedBroadcast),
         ],
