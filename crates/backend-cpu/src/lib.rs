@@ -1111,6 +1111,9 @@ impl Backend for CpuBackend {
             );
         });
         drop(blocks);
+        // The first tap query after the kernel is `kq`, as before the debug mode existed:
+        // `bench --profile` clocks ops by their tap queries and reports attention under `kq`.
+        let _ = taps.wants_layer(layer, "kq");
 
         // Copies of the cache rows only when asked for: a profiler or a trace of other taps
         // must not pay for them.
