@@ -202,6 +202,9 @@ def main():
         "model_sha256": sha256(args.model),
         "backend": "hf-transformers",
         "filter": "",
+        # Taps inside the attention module that transformers never exposes: `lockstep diff`
+        # looks through them to the taps both sides have (docs/taps.md).
+        "hidden_taps": "q_rope,k_rope,k_read,v_read,kq,kq_softmax",
         "steps": json.dumps(steps),
     }
     save_file(out, args.output, metadata=meta)

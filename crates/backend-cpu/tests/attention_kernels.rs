@@ -5,9 +5,10 @@
 //! debug mode (which also stores its scores and softmax weights as the `kq`/`kq_softmax` taps)
 //! against its normal mode, bitwise, with the taps checked against the output they produced.
 
-use lockstep_backend_cpu::{CpuBackend, CpuOptions, Isa, KvType};
+use lockstep_backend_cpu::{CpuBackend, CpuOptions, CpuTensor, Isa, KvType};
+use lockstep_backend_ref::RefBackend;
 use lockstep_graph::taps::Recorder;
-use lockstep_graph::{AttentionParams, Backend, Batch, BatchSeq, KvLayout, Taps};
+use lockstep_graph::{AttentionParams, Backend, Batch, BatchSeq, HostTensor, KvLayout, Taps};
 
 /// A deterministic stream of values in [-2, 2).
 struct Rng(u64);
@@ -52,6 +53,17 @@ fn run_full(isa: Isa, kv: KvType, case: &Case, seed: u64, rec: Option<&mut Recor
         kv_type: kv,
         isa: Some(isa),
     });
+    run_on(&b, CpuTensor::from_vec, case, seed, rec)
+}
+
+/// One attention call on any backend (`tensor` builds its activations from rows).
+fn run_on<B: Backend>(
+    b: &B,
+    tensor: impl Fn(usize, usize, Vec<f32>) -> B::Tensor,
+    case: &Case,
+    seed: u64,
+    rec: Option<&mut Recorder>,
+) -> Ran {
     let kv_dim = case.n_kv_heads * case.head_dim;
     let q_dim = case.n_heads * case.head_dim;
     let total: usize = case.seqs.iter().map(|s| s.0 + s.1).sum();
@@ -95,8 +107,8 @@ fn run_full(isa: Isa, kv: KvType, case: &Case, seed: u64, rec: Option<&mut Recor
         output_rows: Vec::new(),
     };
     let n = tokens.len();
-    let k = lockstep_backend_cpu::CpuTensor::from_vec(n, kv_dim, rng.vec(n * kv_dim));
-    let v = lockstep_backend_cpu::CpuTensor::from_vec(n, kv_dim, rng.vec(n * kv_dim));
+    let k = tensor(n, kv_dim, rng.vec(n * kv_dim));
+    let v = tensor(n, kv_dim, rng.vec(n * kv_dim));
     b.kv_store(&mut cache, 0, &k, &v, &all).expect("store");
 
     // The batch: only the new tokens of each sequence.
@@ -129,7 +141,8 @@ fn run_full(isa: Isa, kv: KvType, case: &Case, seed: u64, rec: Option<&mut Recor
         seqs,
         output_rows: Vec::new(),
     };
-    let q = lockstep_backend_cpu::CpuTensor::from_vec(rows, q_dim, rng.vec(rows * q_dim));
+    let q_data = rng.vec(rows * q_dim);
+    let q = tensor(rows, q_dim, q_data.clone());
     let p = AttentionParams {
         n_heads: case.n_heads,
         n_kv_heads: case.n_kv_heads,
@@ -143,8 +156,8 @@ fn run_full(isa: Isa, kv: KvType, case: &Case, seed: u64, rec: Option<&mut Recor
     }
     .expect("attention");
     Ran {
-        out: out.data().iter().map(|x| x.to_bits()).collect(),
-        q: q.data().to_vec(),
+        out: b.to_host(&out).data.iter().map(|x| x.to_bits()).collect(),
+        q: q_data,
         batch,
         params: p,
     }
@@ -308,4 +321,35 @@ fn check_taps_explain_output(
         visible > 0 && (case.window.is_none() || masked > 0),
         "case {ci}"
     );
+}
+
+/// The cpu kernel's taps and the reference's have one layout and agree (a fully masked row
+/// included: weights 0 on both sides, no 0/0 in the reference's tap).
+#[test]
+fn debug_taps_match_the_reference() {
+    let rb = RefBackend::new();
+    let cb = CpuBackend::new(CpuOptions {
+        threads: Some(2),
+        ..CpuOptions::default()
+    });
+    for (ci, case) in cases().iter().enumerate() {
+        let mut rr = Recorder::new();
+        let mut cr = Recorder::new();
+        run_on(&rb, HostTensor::matrix, case, 5 + ci as u64, Some(&mut rr));
+        run_on(&cb, CpuTensor::from_vec, case, 5 + ci as u64, Some(&mut cr));
+        for tap in [
+            "blk.0.k_read",
+            "blk.0.v_read",
+            "blk.0.kq",
+            "blk.0.kq_softmax",
+        ] {
+            let (a, b) = (rr.get(tap).expect("ref tap"), cr.get(tap).expect("cpu tap"));
+            assert_eq!(a.shape, b.shape, "case {ci} {tap}");
+            for (i, (&x, &y)) in a.data.iter().zip(&b.data).enumerate() {
+                let ok = (x == f32::NEG_INFINITY && y == f32::NEG_INFINITY)
+                    || (x - y).abs() <= 2e-2 * (1.0 + x.abs());
+                assert!(ok, "case {ci} {tap}[{i}]: ref {x} vs cpu {y}");
+            }
+        }
+    }
 }

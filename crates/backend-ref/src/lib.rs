@@ -374,7 +374,15 @@ impl Backend for RefBackend {
                         }
                         if keep_scores {
                             scores_keep.extend_from_slice(&scores);
-                            probs_keep.extend(exps.iter().map(|&e| (e / sum) as f32));
+                            // A query that sees no key uses no weight (its output is 0);
+                            // its tap says so instead of 0/0.
+                            probs_keep.extend(exps.iter().map(|&e| {
+                                if sum > 0.0 {
+                                    (e / sum) as f32
+                                } else {
+                                    0.0
+                                }
+                            }));
                         }
                     }
                     (scores_keep, probs_keep)

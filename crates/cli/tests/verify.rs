@@ -83,23 +83,20 @@ fn check_and_doctor_pass_on_smollm2() {
 /// The shipped CLI has no fault injection: `--inject` is a clear error, never a silent no-op.
 #[test]
 fn inject_needs_a_faults_build_and_the_cpu_side() {
-    let out = lockstep()
-        .args([
-            "diff", "-m", "smollm2", "--a", "ref", "--b", "cpu", "--ids", "1,2", "--inject",
-            "softmax-flat",
-        ])
-        .output()
-        .expect("diff");
+    let diff = |b: &str| {
+        lockstep()
+            .args([
+                "diff", "-m", "smollm2", "--a", "ref", "--b", b, "--ids", "1,2",
+            ])
+            .args(["--inject", "softmax-flat"])
+            .output()
+            .expect("diff")
+    };
+    let out = diff("cpu");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("built without fault injection"), "{err}");
-    let out = lockstep()
-        .args([
-            "diff", "-m", "smollm2", "--a", "ref", "--b", "ref", "--ids", "1,2", "--inject",
-            "softmax-flat",
-        ])
-        .output()
-        .expect("diff");
+    let out = diff("ref");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("use `--b cpu`"), "{err}");
