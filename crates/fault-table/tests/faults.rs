@@ -13,7 +13,7 @@ use std::time::Instant;
 use lockstep_backend_cpu::{CpuBackend, CpuOptions};
 use lockstep_backend_ref::RefBackend;
 use lockstep_engine::{Engine, EngineConfig};
-use lockstep_fault_table::{expected, Expect, Fault, ModelFacts};
+use lockstep_fault_table::{expected, BetweenOps, Expect, Fault, ModelFacts, OpFault};
 use lockstep_gguf::{GgmlType, GgufFile};
 use lockstep_models::Model;
 use lockstep_testkit::{fixture_prompts, model_path};
@@ -236,6 +236,57 @@ fn clean_all(model: &str) {
         }
     }
     assert!(alarms.is_empty(), "false alarms:\n{}", alarms.join("\n"));
+}
+
+/// Faults between ops, planted by the generic wrapper around the cpu backend.
+fn between_ops_all(model: &str) {
+    let path = model_path(model);
+    let file = GgufFile::open(&path).expect("open");
+    let rb = RefBackend::new();
+    let rm = Model::load(&file, &rb).expect("load");
+    let mut re = Engine::new(rb, rm, cfg()).expect("engine");
+    let wb = BetweenOps::new(CpuBackend::new(CpuOptions::default()));
+    let wm = Model::load(&file, &wb).expect("load");
+    let mut we = Engine::new(wb, wm, cfg()).expect("engine");
+    let spec = RunSpec {
+        prompt: fixture_prompts(model)[0].clone(),
+        decode: 2,
+        ..RunSpec::default()
+    };
+    let meta = TraceMeta {
+        backend: "ref".into(),
+        ..TraceMeta::default()
+    };
+    let trace = record(&mut re, &spec, meta).expect("ref trace");
+    let clean = diff_engine_vs_trace(&trace, &mut we, &spec, Profile::Quant).expect("diff");
+    assert!(clean.agree(), "clean wrapper: {}", render(&clean, false));
+    let mut failures = Vec::new();
+    for f in OpFault::ALL {
+        we.backend.set_fault(Some(f));
+        let r = diff_engine_vs_trace(&trace, &mut we, &spec, Profile::Quant).expect("diff");
+        let (step, tap) = f.expected();
+        match &r.verdict {
+            Some(v) if v.step == step && v.tap == tap && v.inputs.iter().all(|i| i.2) => {
+                eprintln!(
+                    "{model} | {} (wrapper) | exact | {}",
+                    f.name(),
+                    v.sentence()
+                )
+            }
+            other => failures.push(format!(
+                "{model} {}: expected step {step} {tap}, got {:?}",
+                f.name(),
+                other.as_ref().map(|v| v.sentence())
+            )),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn between_op_faults_localised() {
+    between_ops_all("smollm2");
+    between_ops_all("gemma3");
 }
 
 #[test]

@@ -164,8 +164,12 @@ pub fn explain(name: &str) -> String {
     match t.op {
         "inp_embd" => "the embedding lookup is wrong (token_embd rows)".into(),
         "inp_scaled" => "the embedding scale is wrong".into(),
-        "attn_norm" | "ffn_norm" | "q_norm" | "k_norm" | "attn_post_norm" | "ffn_post_norm"
-        | "result_norm" => format!("the RMS norm producing {name} is wrong"),
+        "attn_norm" | "ffn_norm" | "q_norm" | "k_norm" | "attn_post_norm" | "ffn_post_norm" => {
+            format!("the RMS norm producing {name} is wrong")
+        }
+        "result_norm" => {
+            "the final RMS norm, or the selection of output rows before it, is wrong".into()
+        }
         "q" => format!("the Q projection (matmul with {l}attn_q.weight) is wrong"),
         "k" => format!("the K projection (matmul with {l}attn_k.weight) is wrong"),
         "v" => format!("the V projection (matmul with {l}attn_v.weight) is wrong"),
