@@ -49,7 +49,9 @@ pub struct Block<'a> {
 }
 
 /// The sequence's `kq` and `kq_softmax` taps, `[n_rows * n_heads, n_kv]` (row `i * n_heads +
-/// h`), prefilled with `-inf` and `0`; each block writes its own queries' visible spans.
+/// h`), prefilled with `-inf` and `0`; each block writes its own queries' visible spans. The
+/// blocks of one call own disjoint (row, head) pairs, so their writes never overlap (what
+/// `Out`'s sharing between threads relies on).
 #[derive(Clone, Copy)]
 pub struct ScoreTaps {
     pub kq: Out,
