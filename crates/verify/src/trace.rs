@@ -334,4 +334,52 @@ mod tests {
         assert_eq!(back.steps[1].logits(), t.steps[1].logits());
         assert!(Trace::from_bytes(b"garbage").is_err());
     }
+
+    #[test]
+    fn half_and_double_tensors_read_as_f32() {
+        use lockstep_quant::blocks::{f32_to_bf16, f32_to_fp16};
+        let vals = [1.5f32, -0.25, 384.0];
+        let f16: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f32_to_fp16(*v).to_le_bytes())
+            .collect();
+        let bf16: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f32_to_bf16(*v).to_le_bytes())
+            .collect();
+        let f64b: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f64::from(*v).to_le_bytes())
+            .collect();
+        let i32b = vec![0u8; 12];
+        fn view(dt: Dtype, b: &[u8]) -> TensorView<'_> {
+            TensorView::new(dt, vec![3], b).expect("view")
+        }
+        let mut md = HashMap::new();
+        md.insert("lockstep.trace".to_string(), "1".to_string());
+        md.insert(
+            "steps".to_string(),
+            r#"[{"step":0,"tokens":[1,2,3],"positions":[0,1,2]}]"#.to_string(),
+        );
+        let bytes = safetensors::serialize(
+            vec![
+                ("s0/a".to_string(), view(Dtype::F16, &f16)),
+                ("s0/b".to_string(), view(Dtype::BF16, &bf16)),
+                ("s0/c".to_string(), view(Dtype::F64, &f64b)),
+            ],
+            &Some(md.clone()),
+        )
+        .expect("serialize");
+        let t = Trace::from_bytes(&bytes).expect("parse");
+        for name in ["a", "b", "c"] {
+            assert_eq!(t.steps[0].get(name).expect(name).data, vals, "{name}");
+        }
+        let bytes = safetensors::serialize(
+            vec![("s0/i".to_string(), view(Dtype::I32, &i32b))],
+            &Some(md),
+        )
+        .expect("serialize");
+        let e = Trace::from_bytes(&bytes).expect_err("integers are not a trace dtype");
+        assert!(e.to_string().contains("s0/i"), "{e}");
+    }
 }
