@@ -36,7 +36,10 @@ fn chat_case(model: &str) -> (String, String) {
             .collect::<Vec<_>>()
             .join(",")
     };
-    (ids(&case["prompt_ids"], usize::MAX), ids(&case["gen_ids"], 3))
+    (
+        ids(&case["prompt_ids"], usize::MAX),
+        ids(&case["gen_ids"], 3),
+    )
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -159,7 +162,10 @@ fn transformers_agrees(model: &str) {
     let dir = tmp(&format!("hf-{model}"));
     let trace = import("tools/hf_trace.py", model, &dir);
     let (code, j) = diff(model, &trace);
-    assert_eq!(j["report"]["profile"], "float", "transformers is judged at float tolerance");
+    assert_eq!(
+        j["report"]["profile"], "float",
+        "transformers is judged at float tolerance"
+    );
     let mut ops = LAYER_OPS_ALL.to_vec();
     if model == "gemma3" {
         ops.extend(GEMMA3_OPS);
@@ -219,7 +225,11 @@ fn llama_cpp_agrees(model: &str) {
         .iter()
         .copied()
         .filter(|op| *op != "kq")
-        .chain(if model == "gemma3" { GEMMA3_OPS } else { &[] }.iter().copied())
+        .chain(
+            if model == "gemma3" { GEMMA3_OPS } else { &[] }
+                .iter()
+                .copied(),
+        )
         .collect();
     check_agreement(model, &j, code, &ops);
     // llama.cpp's kq is unscaled and unmasked, so the map skips it (with its reason).

@@ -31,7 +31,15 @@ fn tmp(name: &str) -> PathBuf {
 fn reference_trace(dir: &Path) -> PathBuf {
     let out = dir.join("ref.safetensors");
     let r = lockstep()
-        .args(["trace", "-m", "smollm2", "--ids", "1,504,3458,282,5", "--decode", "2"])
+        .args([
+            "trace",
+            "-m",
+            "smollm2",
+            "--ids",
+            "1,504,3458,282,5",
+            "--decode",
+            "2",
+        ])
         .arg("-o")
         .arg(&out)
         .output()
@@ -81,7 +89,11 @@ fn python_writer_round_trips() {
     let example = root().join("tools/writers/example.py");
     let run = |out: &Path, perturb: Option<&str>| {
         let mut c = Command::new(python());
-        c.arg(&example).arg("--from").arg(&reference).arg("-o").arg(out);
+        c.arg(&example)
+            .arg("--from")
+            .arg(&reference)
+            .arg("-o")
+            .arg(out);
         if let Some(p) = perturb {
             c.args(["--perturb", p]);
         }
@@ -147,7 +159,15 @@ fn c_writer_round_trips() {
     let exe = dir.join("example");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let r = Command::new(&cc)
-        .args(["-O2", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o"])
+        .args([
+            "-O2",
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-o",
+        ])
         .arg(&exe)
         .arg(root().join("tools/writers/example.c"))
         .output()

@@ -256,7 +256,7 @@ impl NameMap {
     ) -> Result<Mapped, VerifyError> {
         for r in &self.rules {
             if let Some(a) = &r.archs {
-                if !a.iter().any(|a| *a == ctx.arch) {
+                if !a.contains(&ctx.arch) {
                     continue;
                 }
             }
@@ -342,9 +342,9 @@ impl Transform {
         if self.halves_to_pairs {
             let hd = ctx.head_dim;
             if hd == 0
-                || hd % 2 != 0
-                || data.len() % hd != 0
-                || shape.last().is_none_or(|l| l % hd != 0)
+                || !hd.is_multiple_of(2)
+                || !data.len().is_multiple_of(hd)
+                || shape.last().is_none_or(|l| !l.is_multiple_of(hd))
             {
                 return Err(format!(
                     "halves_to_pairs: the last axis of {shape:?} is not whole heads of {hd}"
