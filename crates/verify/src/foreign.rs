@@ -21,6 +21,32 @@ use crate::VerifyError;
 /// a map file's path).
 pub const NAMEMAP_KEY: &str = "namemap";
 
+/// The name map a trace file's metadata asks for, reading only the file's header (traces can
+/// be large). `None` when the file uses tap names.
+pub fn namemap_of(path: &Path) -> Result<Option<String>, VerifyError> {
+    use std::io::Read as _;
+    let io = |e| VerifyError::Io(path.display().to_string(), e);
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n).map_err(io)?;
+    let n = u64::from_le_bytes(n);
+    // safetensors caps its header at 100 MB; a larger claim is not a trace.
+    if n > 100_000_000 {
+        return Err(VerifyError::Trace(format!(
+            "{}: header length {n} is not a safetensors header",
+            path.display()
+        )));
+    }
+    let mut h = vec![0u8; n as usize];
+    f.read_exact(&mut h).map_err(io)?;
+    let j: serde_json::Value = serde_json::from_slice(&h)
+        .map_err(|e| VerifyError::Trace(format!("{}: header: {e}", path.display())))?;
+    Ok(j["__metadata__"][NAMEMAP_KEY]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string))
+}
+
 /// A foreign trace read into tap names, with what could not be mapped.
 #[derive(Clone, Debug)]
 pub struct ForeignTrace {

@@ -74,6 +74,16 @@ pub fn run(args: DiffArgs) -> Result<i32> {
     let t0 = Instant::now();
     let report = match args.files.as_slice() {
         [fa, fb] => {
+            for f in [fa, fb] {
+                if let Some(map) = lockstep_verify::foreign::namemap_of(f)? {
+                    bail!(
+                        "{} holds another engine's names (name map `{map}`): compare it with \
+                         `lockstep diff -m MODEL --ref ref {}`",
+                        f.display(),
+                        f.display()
+                    );
+                }
+            }
             let a = Trace::load(fa)?;
             let b = Trace::load(fb)?;
             if !a.meta.model_sha256.is_empty()
