@@ -6,7 +6,7 @@ position's logits requested), then teacher-forced decode steps of one token. The
 `cb_eval` callback sees every graph node as the scheduler computes it; each named node is read
 back with `ggml_backend_tensor_get`, so it works whatever ggml backend computed it (CPU, CUDA,
 Metal, ...). Tensors are stored under `NAME@OP` (`Qcur-3@ROPE`: llama.cpp gives one name to
-several nodes) in ggml's layout, row-major [ne3, ne2, ne1, ne0] (strided views are gathered),
+several nodes; a repeat in one step gets `#2`, `#3`; an unnamed node is `node(SRC0)@OP`) in ggml's layout, row-major [ne3, ne2, ne1, ne0] (strided views are gathered),
 F32 or F16 as computed; lockstep's shipped `llama.cpp` name map turns them into taps:
 
     python3 tools/llama_cpp_trace.py --model ~/.cache/lockstep/models/SmolLM2-135M-Instruct.Q4_1.gguf \
@@ -103,8 +103,13 @@ def main():
 
     def wanted(t):
         name = t.name.decode(errors="replace")
-        if not name:
-            return None
+        if not name or (name.startswith("node_") and name[5:].isdigit()):
+            # Unnamed node (ggml calls it node_N, a number that moves with the graph): name it
+            # by its first source, e.g. node(blk.3.attn_output.weight)@MUL_MAT.
+            src0 = t.src[0]
+            if not src0:
+                return None
+            name = "node(" + GgmlTensor.from_address(src0).name.decode(errors="replace") + ")"
         op = base.ggml_op_name(t.op).decode()
         if op in SKIP_OPS and not (op == "VIEW" and name.startswith("cache_")):
             return None

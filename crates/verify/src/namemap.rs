@@ -11,7 +11,8 @@
 //! kq-{L}@MUL_MAT           -> skip  llama.cpp's kq is unscaled and unmasked
 //! ```
 //!
-//! The pattern (left of `->`) is the foreign name with `{L}` standing for a layer number; the
+//! The pattern (left of `->`) is the foreign name with `{L}` standing for a layer number (and
+//! `{N}` for any other number); the
 //! first rule whose pattern (and `arch=` condition) matches wins. The target is a tap name
 //! with the same `{L}`, or `skip` followed by the reason the tensor is not a tap. Options
 //! transform the stored array, in this order whatever order they are written in:
@@ -64,12 +65,19 @@ struct Transform {
     rows: Option<usize>,
 }
 
+/// A piece of a pattern: literal text, `{L}` (the layer number) or `{N}` (any number).
+#[derive(Clone, Debug, PartialEq)]
+enum Part {
+    Text(String),
+    Layer,
+    Number,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 struct Rule {
     line: usize,
-    prefix: String,
-    /// `Some(suffix)` when the pattern has `{L}`.
-    suffix: Option<String>,
+    parts: Vec<Part>,
+    has_layer: bool,
     target: Target,
     archs: Option<Vec<String>>,
     transform: Transform,
@@ -146,15 +154,12 @@ impl NameMap {
             if pattern.is_empty() {
                 return Err(bad("empty pattern".into()));
             }
-            let (prefix, suffix) = match pattern.split_once("{L}") {
-                Some((p, s)) => {
-                    if s.contains("{L}") {
-                        return Err(bad(format!("`{pattern}` has `{{L}}` twice")));
-                    }
-                    (p.to_string(), Some(s.to_string()))
-                }
-                None => (pattern.to_string(), None),
-            };
+            let parts = parse_pattern(pattern);
+            let n_layer = parts.iter().filter(|p| **p == Part::Layer).count();
+            if n_layer > 1 {
+                return Err(bad(format!("`{pattern}` has `{{L}}` twice")));
+            }
+            let has_layer = n_layer == 1;
             let mut words = rhs.split_whitespace();
             let Some(tap) = words.next() else {
                 return Err(bad(format!("`{pattern} ->` names no tap")));
@@ -166,15 +171,15 @@ impl NameMap {
                 }
                 rules.push(Rule {
                     line: line_no,
-                    prefix,
-                    suffix,
+                    parts,
+                    has_layer,
                     target: Target::Skip(reason.join(" ")),
                     archs: None,
                     transform: Transform::default(),
                 });
                 continue;
             }
-            if tap.contains("{L}") != suffix.is_some() {
+            if tap.contains("{L}") != has_layer {
                 return Err(bad(format!(
                     "`{pattern}` and `{tap}` must both have `{{L}}` or neither"
                 )));
@@ -221,8 +226,8 @@ impl NameMap {
             }
             rules.push(Rule {
                 line: line_no,
-                prefix,
-                suffix,
+                parts,
+                has_layer,
                 target: Target::Tap(tap.to_string()),
                 archs,
                 transform: t,
@@ -260,34 +265,17 @@ impl NameMap {
                     continue;
                 }
             }
-            let layer = match &r.suffix {
-                None => {
-                    if name != r.prefix {
-                        continue;
-                    }
-                    None
-                }
-                Some(suffix) => {
-                    let Some(mid) = name
-                        .strip_prefix(r.prefix.as_str())
-                        .and_then(|s| s.strip_suffix(suffix.as_str()))
-                    else {
-                        continue;
-                    };
-                    if mid.is_empty() || !mid.bytes().all(|b| b.is_ascii_digit()) {
-                        continue;
-                    }
-                    Some(mid)
-                }
+            let Some(layer) = match_parts(&r.parts, name) else {
+                continue;
             };
             return match &r.target {
                 Target::Skip(reason) => Ok(Mapped::Skipped {
                     reason: reason.clone(),
                 }),
                 Target::Tap(tap) => {
-                    let tap = match layer {
-                        Some(l) => tap.replace("{L}", l),
-                        None => tap.clone(),
+                    let tap = match (r.has_layer, layer) {
+                        (true, Some(l)) => tap.replace("{L}", l),
+                        _ => tap.clone(),
                     };
                     let t = r
                         .transform
@@ -304,6 +292,54 @@ impl NameMap {
         }
         Ok(Mapped::Unmapped)
     }
+}
+
+fn parse_pattern(p: &str) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let mut rest = p;
+    while !rest.is_empty() {
+        let next = [("{L}", Part::Layer), ("{N}", Part::Number)]
+            .into_iter()
+            .filter_map(|(tok, part)| rest.find(tok).map(|i| (i, part)))
+            .min_by_key(|(i, _)| *i);
+        match next {
+            Some((i, part)) => {
+                if i > 0 {
+                    parts.push(Part::Text(rest[..i].to_string()));
+                }
+                parts.push(part);
+                rest = &rest[i + 3..];
+            }
+            None => {
+                parts.push(Part::Text(rest.to_string()));
+                rest = "";
+            }
+        }
+    }
+    parts
+}
+
+/// Matches `name` against a pattern; numbers are maximal runs of digits. Returns the layer
+/// number's text (`None` inside when the pattern has no `{L}`), or `None` for no match.
+fn match_parts<'a>(parts: &[Part], name: &'a str) -> Option<Option<&'a str>> {
+    let mut rest = name;
+    let mut layer = None;
+    for p in parts {
+        match p {
+            Part::Text(t) => rest = rest.strip_prefix(t.as_str())?,
+            Part::Layer | Part::Number => {
+                let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+                if n == 0 {
+                    return None;
+                }
+                if *p == Part::Layer {
+                    layer = Some(&rest[..n]);
+                }
+                rest = &rest[n..];
+            }
+        }
+    }
+    rest.is_empty().then_some(layer)
 }
 
 impl Transform {
