@@ -190,3 +190,103 @@ fn c_writer_round_trips() {
     assert_diverges_at(&bad, "prefill (step 0): blk.5.kq_softmax");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Half-precision data and the writers' refusals: an f16 tensor comes back exactly; a tap
+/// before any step, a name with `/` and a step without tokens are errors, not files.
+#[test]
+fn writers_store_f16_and_refuse_bad_calls() {
+    let dir = tmp("f16");
+    let src = dir.join("f16.c");
+    let header = root().join("tools/writers");
+    std::fs::write(
+        &src,
+        r#"#define LOCKSTEP_TRACE_IMPLEMENTATION
+#include "lockstep_trace.h"
+#include <stdio.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    lst_writer *w = lst_open(argv[1], "f16-test", "00ff");
+    const uint16_t half[4] = {0x3C00, 0xC000, 0x3555, 0x7BFF}; /* 1, -2, 0.33325, 65504 */
+    const float one[1] = {1.0f};
+    size_t shape[2] = {2, 2}, s1[1] = {1};
+    int32_t tok[1] = {7}, pos[1] = {0};
+    if (!w) return 10;
+    if (lst_meta(w, "namemap", "") != 0) return 11;
+    if (lst_step(w, tok, pos, 1) != 0) return 12;
+    if (lst_tap_f16(w, "blk.0.k_read", half, shape, 2) != 0) return 13;
+    if (lst_tap_f32(w, "a/b", one, s1, 1) != -1) return 14; /* refused, and the writer is spent */
+    if (lst_close(w) != -1) return 15;
+    lst_writer *v = lst_open(argv[2], "x", NULL);
+    if (!v || lst_tap_f32(v, "x", one, s1, 1) != -1) return 16; /* tap before step */
+    lst_close(v);
+    lst_writer *u = lst_open(argv[3], "x", NULL);
+    if (!u || lst_step(u, tok, pos, 0) != -1) return 17; /* no tokens */
+    lst_close(u);
+    puts(lst_error());
+    /* a good file: */
+    lst_writer *g = lst_open(argv[4], "f16-test", "00ff");
+    if (!g || lst_step(g, tok, pos, 1) || lst_tap_f16(g, "blk.0.k_read", half, shape, 2) || lst_close(g)) return 18;
+    return 0;
+}
+"#,
+    )
+    .expect("write C source");
+    let exe = dir.join("f16");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let r = Command::new(&cc)
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(&header)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}` ({e}); set CC"));
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let files: Vec<PathBuf> = (0..4)
+        .map(|i| dir.join(format!("t{i}.safetensors")))
+        .collect();
+    let r = Command::new(&exe).args(&files).output().expect("run");
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert!(String::from_utf8_lossy(&r.stdout).contains("no tokens"));
+    for refused in &files[..3] {
+        assert!(!refused.exists(), "{} was written", refused.display());
+    }
+    let want = [1.0f32, -2.0, 0.333_251_95, 65504.0];
+    let t = Trace::load(&files[3]).expect("the f16 trace loads");
+    assert_eq!(t.meta.backend, "f16-test");
+    assert_eq!(t.meta.model_sha256, "00ff");
+    assert_eq!(t.steps[0].tokens, vec![7]);
+    let k = t.steps[0].get("blk.0.k_read").expect("tap");
+    assert_eq!(
+        (k.shape.clone(), k.data.clone()),
+        (vec![2, 2], want.to_vec())
+    );
+
+    // The Python writer stores float16 as F16 too.
+    let py = dir.join("py.safetensors");
+    let code = format!(
+        "import sys; sys.path.insert(0, {:?}); import numpy as np; from lockstep_trace import TraceWriter\n\
+         w = TraceWriter({:?}, backend='f16-py', model_sha256='00ff')\n\
+         w.step([7], [0]); w.tap('blk.0.k_read', np.array([[1, -2], [0.33325, 65504]], dtype=np.float16)); w.close()\n\
+         for bad in (lambda: w.tap('a/b', np.zeros(1, np.float32)), lambda: w.step([1, 2], [0])):\n\
+         \x20   try:\n\
+         \x20       bad(); sys.exit('accepted')\n\
+         \x20   except ValueError: pass\n",
+        header.display().to_string(),
+        py.display().to_string()
+    );
+    let r = Command::new(python())
+        .args(["-c", &code])
+        .output()
+        .expect("run python");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let t = Trace::load(&py).expect("load");
+    let k = t.steps[0].get("blk.0.k_read").expect("tap");
+    assert_eq!(k.data, want.to_vec());
+    let _ = std::fs::remove_dir_all(&dir);
+}
