@@ -4,7 +4,9 @@
 //! `s0/blk.3.k_read` (prefill) or `s2/result_output` (second decode step). The safetensors
 //! `__metadata__` holds `lockstep.trace` (format version), `model`, `model_sha256`,
 //! `backend`, `filter` and `steps`: a JSON list of `{step, tokens, positions}`. Other
-//! engines write the same layout (`tools/hf_trace.py`).
+//! engines write the same layout (`docs/trace-format.md`: writers in `tools/writers`, importers
+//! `tools/hf_trace.py` and `tools/llama_cpp_trace.py`), possibly in F16/BF16/F64 and under their
+//! own names with a name map ([`RawTrace`] keeps those names; `crate::foreign` maps them).
 
 use std::collections::HashMap;
 use std::path::Path;
