@@ -51,12 +51,17 @@ fn tmp(name: &str) -> PathBuf {
 /// Runs an importer script on a real model; returns the trace path.
 fn import(script: &str, model: &str, dir: &Path) -> PathBuf {
     let (ids, force) = chat_case(model);
+    import_with(script, model, dir, &["--ids", &ids, "--force-ids", &force])
+}
+
+fn import_with(script: &str, model: &str, dir: &Path, args: &[&str]) -> PathBuf {
     let out = dir.join(format!("{model}.safetensors"));
     let r = Command::new(python())
         .arg(root().join(script))
         .arg("--model")
         .arg(lockstep_testkit::model_path(model))
-        .args(["--ids", &ids, "--force-ids", &force, "-o"])
+        .args(args)
+        .arg("-o")
         .arg(&out)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {} ({e}); set LOCKSTEP_PYTHON", python()));
@@ -189,6 +194,42 @@ fn transformers_importer_agrees_smollm2() {
 #[test]
 fn transformers_importer_agrees_gemma3() {
     transformers_agrees("gemma3");
+}
+
+/// The walkthrough's seeded bug (docs/walkthrough-foreign.md): scores doubled inside
+/// transformers' eager attention. The verdict names the scores, with both their inputs agreeing.
+#[test]
+fn transformers_seeded_attention_bug_is_named() {
+    let dir = tmp("hf-broken");
+    let trace = import_with(
+        "tools/hf_trace.py",
+        "smollm2",
+        &dir,
+        &[
+            "--ids",
+            "1,504,3458,282,5",
+            "--force-ids",
+            "260",
+            "--break-attention",
+        ],
+    );
+    let (code, j) = diff("smollm2", &trace);
+    assert_eq!(code, Some(1));
+    let v = &j["report"]["verdict"];
+    assert_eq!(
+        (v["step"].as_u64(), v["tap"].as_str()),
+        (Some(0), Some("blk.0.kq")),
+        "{v}"
+    );
+    // Both inputs of the scores agree: the fault is placed at the op, not upstream.
+    let inputs = v["inputs"].as_array().expect("inputs");
+    let names: Vec<&str> = inputs.iter().filter_map(|i| i[0].as_str()).collect();
+    assert_eq!(names, ["blk.0.q_rope", "blk.0.k_read"]);
+    assert!(inputs.iter().all(|i| i[2] == true), "{v}");
+    // Doubled scores: NMSE exactly 1 (to rounding).
+    let nmse = v["metrics"]["nmse"].as_f64().expect("nmse");
+    assert!((nmse - 1.0).abs() < 1e-6, "{nmse}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Whether llama-cpp-python is importable; `None` with the reason when the test must skip.
