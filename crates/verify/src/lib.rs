@@ -4,7 +4,9 @@
 pub mod check;
 pub mod diff;
 pub mod doctor;
+pub mod foreign;
 pub mod metrics;
+pub mod namemap;
 pub mod run;
 pub mod taps;
 pub mod tolerance;

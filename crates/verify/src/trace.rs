@@ -5,12 +5,16 @@
 //! `__metadata__` holds `lockstep.trace` (format version), `model`, `model_sha256`,
 //! `backend`, `filter`, `hidden_taps` (comma-separated per-layer taps the backend's kernels
 //! never hold, from `Backend::hidden_taps`; absent = none) and `steps`: a JSON list of
-//! `{step, tokens, positions}`. Other engines write the same layout (`tools/hf_trace.py`).
+//! `{step, tokens, positions}`. Other engines write the same layout (`docs/trace-format.md`:
+//! writers in `tools/writers`, importers `tools/hf_trace.py` and `tools/llama_cpp_trace.py`),
+//! possibly in F16/BF16/F64 and under their own names with a name map ([`RawTrace`] keeps those
+//! names; `crate::foreign` maps them).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use lockstep_graph::HostTensor;
+use lockstep_quant::blocks::{bf16_to_f32, fp16_to_f32};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
@@ -153,6 +157,51 @@ impl Trace {
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Trace, VerifyError> {
+        let raw = RawTrace::from_bytes(bytes)?;
+        let mut steps = raw.steps;
+        for t in raw.tensors {
+            let Some(s) = steps.iter_mut().find(|s| s.step == t.step) else {
+                return Err(VerifyError::Trace(format!(
+                    "tensor `s{}/{}`: step {} is not in `steps`",
+                    t.step, t.name, t.step
+                )));
+            };
+            s.taps.push((t.name, HostTensor::new(t.shape, t.data)));
+        }
+        steps.sort_by_key(|s| s.step);
+        for s in &mut steps {
+            s.taps.sort_by(|a, b| cmp_taps(&a.0, &b.0));
+        }
+        Ok(Trace {
+            meta: raw.meta,
+            steps,
+        })
+    }
+}
+
+/// One stored tensor of a trace file, by step, under the name it was stored with (a tap, or
+/// a foreign engine's own name that a name map turns into a tap).
+#[derive(Clone, Debug)]
+pub struct RawTensor {
+    pub step: usize,
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// The values as f32 (stored as F32, F16, BF16 or F64).
+    pub data: Vec<f32>,
+}
+
+/// A trace file as stored: all metadata, the steps (without taps) and every tensor.
+#[derive(Clone, Debug)]
+pub struct RawTrace {
+    pub meta: TraceMeta,
+    /// Every `__metadata__` entry, including the ones `meta` holds.
+    pub metadata: HashMap<String, String>,
+    pub steps: Vec<StepTrace>,
+    pub tensors: Vec<RawTensor>,
+}
+
+impl RawTrace {
+    pub fn from_bytes(bytes: &[u8]) -> Result<RawTrace, VerifyError> {
         let bad = |m: String| VerifyError::Trace(m);
         let (_, header) =
             SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("not safetensors: {e}")))?;
@@ -176,7 +225,7 @@ impl Trace {
         let step_meta: Vec<StepMeta> = serde_json::from_str(&get("steps"))
             .map_err(|e| bad(format!("metadata `steps`: {e}")))?;
         let st = SafeTensors::deserialize(bytes).map_err(|e| bad(e.to_string()))?;
-        let mut steps: Vec<StepTrace> = step_meta
+        let steps: Vec<StepTrace> = step_meta
             .into_iter()
             .map(|s| StepTrace {
                 step: s.step,
@@ -185,6 +234,7 @@ impl Trace {
                 taps: Vec::new(),
             })
             .collect();
+        let mut tensors = Vec::new();
         for (name, view) in st.tensors() {
             let Some((sp, tap)) = name.split_once('/') else {
                 return Err(bad(format!("tensor `{name}` is not named s<step>/<tap>")));
@@ -193,13 +243,31 @@ impl Trace {
                 .strip_prefix('s')
                 .and_then(|n| n.parse().ok())
                 .ok_or_else(|| bad(format!("tensor `{name}`: bad step `{sp}`")))?;
+            let b = view.data();
             let data: Vec<f32> = match view.dtype() {
-                Dtype::F32 => view
-                    .data()
+                Dtype::F32 => b
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect(),
-                other => return Err(bad(format!("tensor `{name}` is {other:?}, expected F32"))),
+                Dtype::F16 => b
+                    .chunks_exact(2)
+                    .map(|b| fp16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+                Dtype::BF16 => b
+                    .chunks_exact(2)
+                    .map(|b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+                Dtype::F64 => b
+                    .chunks_exact(8)
+                    .map(|b| {
+                        f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
+                    })
+                    .collect(),
+                other => {
+                    return Err(bad(format!(
+                        "tensor `{name}` is {other:?}; traces hold F32, F16, BF16 or F64"
+                    )))
+                }
             };
             let shape = view.shape().to_vec();
             if shape.iter().product::<usize>() != data.len() {
@@ -208,18 +276,28 @@ impl Trace {
                     data.len()
                 )));
             }
-            let Some(s) = steps.iter_mut().find(|s| s.step == step) else {
-                return Err(bad(format!(
-                    "tensor `{name}`: step {step} is not in `steps`"
-                )));
-            };
-            s.taps.push((tap.to_string(), HostTensor::new(shape, data)));
+            tensors.push(RawTensor {
+                step,
+                name: tap.to_string(),
+                shape,
+                data,
+            });
         }
-        steps.sort_by_key(|s| s.step);
-        for s in &mut steps {
-            s.taps.sort_by(|a, b| cmp_taps(&a.0, &b.0));
-        }
-        Ok(Trace { meta, steps })
+        Ok(RawTrace {
+            meta,
+            metadata: md,
+            steps,
+            tensors,
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<RawTrace, VerifyError> {
+        let bytes =
+            std::fs::read(path).map_err(|e| VerifyError::Io(path.display().to_string(), e))?;
+        RawTrace::from_bytes(&bytes).map_err(|e| match e {
+            VerifyError::Trace(m) => VerifyError::Trace(format!("{}: {m}", path.display())),
+            other => other,
+        })
     }
 }
 
@@ -272,5 +350,53 @@ mod tests {
         assert_eq!(back.steps[0].get("blk.0.kq"), t.steps[0].get("blk.0.kq"));
         assert_eq!(back.steps[1].logits(), t.steps[1].logits());
         assert!(Trace::from_bytes(b"garbage").is_err());
+    }
+
+    #[test]
+    fn half_and_double_tensors_read_as_f32() {
+        use lockstep_quant::blocks::{f32_to_bf16, f32_to_fp16};
+        let vals = [1.5f32, -0.25, 384.0];
+        let f16: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f32_to_fp16(*v).to_le_bytes())
+            .collect();
+        let bf16: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f32_to_bf16(*v).to_le_bytes())
+            .collect();
+        let f64b: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f64::from(*v).to_le_bytes())
+            .collect();
+        let i32b = vec![0u8; 12];
+        fn view(dt: Dtype, b: &[u8]) -> TensorView<'_> {
+            TensorView::new(dt, vec![3], b).expect("view")
+        }
+        let mut md = HashMap::new();
+        md.insert("lockstep.trace".to_string(), "1".to_string());
+        md.insert(
+            "steps".to_string(),
+            r#"[{"step":0,"tokens":[1,2,3],"positions":[0,1,2]}]"#.to_string(),
+        );
+        let bytes = safetensors::serialize(
+            vec![
+                ("s0/a".to_string(), view(Dtype::F16, &f16)),
+                ("s0/b".to_string(), view(Dtype::BF16, &bf16)),
+                ("s0/c".to_string(), view(Dtype::F64, &f64b)),
+            ],
+            &Some(md.clone()),
+        )
+        .expect("serialize");
+        let t = Trace::from_bytes(&bytes).expect("parse");
+        for name in ["a", "b", "c"] {
+            assert_eq!(t.steps[0].get(name).expect(name).data, vals, "{name}");
+        }
+        let bytes = safetensors::serialize(
+            vec![("s0/i".to_string(), view(Dtype::I32, &i32b))],
+            &Some(md),
+        )
+        .expect("serialize");
+        let e = Trace::from_bytes(&bytes).expect_err("integers are not a trace dtype");
+        assert!(e.to_string().contains("s0/i"), "{e}");
     }
 }

@@ -15,7 +15,8 @@ use super::trace::{
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// Two trace files to compare (instead of running backends).
+    /// Two trace files to compare (instead of running backends); or one trace another engine
+    /// wrote, with `--ref` (docs/trace-format.md).
     #[arg(num_args = 0..=2)]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
@@ -40,6 +41,14 @@ pub struct DiffArgs {
     /// Show every tap of the diverging step.
     #[arg(long)]
     pub verbose: bool,
+    /// Compare one foreign trace with this backend run on the trace's own tokens
+    /// (`diff -m MODEL --ref ref TRACE`).
+    #[arg(long = "ref", value_parser = BACKENDS.to_vec())]
+    pub reference: Option<String>,
+    /// Name map for the foreign trace's tensor names: `llama.cpp`, `transformers` or a map
+    /// file (default: the map the trace's metadata names, if any).
+    #[arg(long)]
+    pub map: Option<String>,
     /// List the seeded faults of this build and exit.
     #[arg(long)]
     pub list_faults: bool,
@@ -56,9 +65,25 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         }
         return Ok(0);
     }
+    if let Some(reference) = &args.reference {
+        let [trace] = args.files.as_slice() else {
+            bail!("--ref compares one foreign trace: lockstep diff -m MODEL --ref ref TRACE");
+        };
+        return super::diff_foreign::run(&args, reference, trace);
+    }
     let t0 = Instant::now();
     let report = match args.files.as_slice() {
         [fa, fb] => {
+            for f in [fa, fb] {
+                if let Some(map) = lockstep_verify::foreign::namemap_of(f)? {
+                    bail!(
+                        "{} holds another engine's names (name map `{map}`): compare it with \
+                         `lockstep diff -m MODEL --ref ref {}`",
+                        f.display(),
+                        f.display()
+                    );
+                }
+            }
             let a = Trace::load(fa)?;
             let b = Trace::load(fb)?;
             if !a.meta.model_sha256.is_empty()

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod check;
 pub mod diff;
+pub mod diff_foreign;
 pub mod doctor;
 pub mod fetch;
 pub mod inspect;
