@@ -70,6 +70,9 @@ pub struct Request {
     /// Added to the logits of these tokens before sampling.
     pub logit_bias: Vec<(u32, f32)>,
     pub monitor: MonitorConfig,
+    /// Hand back the raw logits each token was sampled from (audits; costs a copy of a
+    /// vocabulary-sized row per token).
+    pub capture_logits: bool,
 }
 
 /// Why a request was refused. Each names the problem; the server maps them to statuses.
@@ -130,6 +133,8 @@ pub enum Event {
         token: u32,
         text: String,
         logprob: Option<TokenLogprob>,
+        /// The raw logits it was sampled from, with [`Request::capture_logits`].
+        logits: Option<Vec<f32>>,
     },
     Finished(Finished),
     /// The request could not continue (the step failed, or the logits were garbage).
@@ -609,6 +614,7 @@ fn sample_one(
             token,
             text,
             logprob,
+            logits: a.req.capture_logits.then(|| logits.to_vec()),
         },
         finished,
     ))

@@ -59,6 +59,7 @@ fn request(prompt: Vec<u32>, max_tokens: usize, seed: Option<u64>) -> Request {
         logprobs: Some(5),
         logit_bias: Vec::new(),
         monitor: MonitorConfig::default(),
+        capture_logits: false,
     }
 }
 
@@ -83,6 +84,7 @@ fn collect(
                 token,
                 text,
                 logprob,
+                ..
             } => {
                 assert!(o.finish.is_none(), "request {id}: token after its end");
                 o.tokens.push(token);
