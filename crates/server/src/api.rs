@@ -65,7 +65,10 @@ fn opt_f32(obj: &Map<String, Value>, name: &str) -> Result<Option<f32>, ApiError
         None => Ok(None),
         Some(v) => match v.as_f64() {
             Some(x) if x.is_finite() && x.abs() <= f64::from(f32::MAX) => Ok(Some(x as f32)),
-            Some(x) => Err(ApiError::invalid(name, format!("`{name}` = {x} is out of range"))),
+            Some(x) => Err(ApiError::invalid(
+                name,
+                format!("`{name}` = {x} is out of range"),
+            )),
             None => Err(wrong_type(name, "a number", v)),
         },
     }
@@ -135,7 +138,11 @@ fn parse_prompts(v: &Value) -> Result<Vec<PromptInput>, ApiError> {
         Value::Array(items) => match &items[0] {
             Value::String(_) => items
                 .iter()
-                .map(|i| i.as_str().map(|s| PromptInput::Text(s.into())).ok_or_else(bad))
+                .map(|i| {
+                    i.as_str()
+                        .map(|s| PromptInput::Text(s.into()))
+                        .ok_or_else(bad)
+                })
                 .collect::<Result<_, _>>()?,
             Value::Number(_) => vec![PromptInput::Tokens(
                 items
@@ -305,7 +312,10 @@ pub fn parse_generation(obj: &Map<String, Value>, chat: bool) -> Result<GenReque
     }
     if let Some(b) = opt_i64(obj, "best_of")? {
         if b != 1 {
-            return Err(ApiError::invalid("best_of", "only `best_of` = 1 is supported"));
+            return Err(ApiError::invalid(
+                "best_of",
+                "only `best_of` = 1 is supported",
+            ));
         }
     }
 
@@ -363,7 +373,10 @@ pub fn parse_generation(obj: &Map<String, Value>, chat: bool) -> Result<GenReque
         } else {
             e.field.clone()
         };
-        ApiError::invalid(name.clone(), format!("`{name}` = {}: {}", e.value, e.reason))
+        ApiError::invalid(
+            name.clone(),
+            format!("`{name}` = {}: {}", e.value, e.reason),
+        )
     })?;
     let n = positive("n", opt_i64(obj, "n")?, MAX_CHOICES)?.unwrap_or(1);
     let n_prompts = prompts.len().max(1);
@@ -461,21 +474,54 @@ mod tests {
             (json!({"prompt": "x"}), "model"),
             (json!({"model": "m"}), "prompt"),
             (json!({"model": "m", "prompt": 5}), "prompt"),
-            (json!({"model": "m", "prompt": "x", "temperature": "hot"}), "temperature"),
-            (json!({"model": "m", "prompt": "x", "temperature": -1}), "temperature"),
+            (
+                json!({"model": "m", "prompt": "x", "temperature": "hot"}),
+                "temperature",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "temperature": -1}),
+                "temperature",
+            ),
             (json!({"model": "m", "prompt": "x", "top_p": 0}), "top_p"),
-            (json!({"model": "m", "prompt": "x", "max_tokens": 0}), "max_tokens"),
+            (
+                json!({"model": "m", "prompt": "x", "max_tokens": 0}),
+                "max_tokens",
+            ),
             (json!({"model": "m", "prompt": "x", "n": 100}), "n"),
             (json!({"model": "m", "prompt": "x", "stop": [1]}), "stop[0]"),
-            (json!({"model": "m", "prompt": "x", "logit_bias": {"a": 1}}), "logit_bias"),
-            (json!({"model": "m", "prompt": "x", "logit_bias": {"5": 500}}), "logit_bias"),
-            (json!({"model": "m", "prompt": "x", "presence_penalty": 3}), "presence_penalty"),
-            (json!({"model": "m", "prompt": "x", "repetition_penalty": 0}), "repetition_penalty"),
-            (json!({"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}), "stream_options"),
+            (
+                json!({"model": "m", "prompt": "x", "logit_bias": {"a": 1}}),
+                "logit_bias",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "logit_bias": {"5": 500}}),
+                "logit_bias",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "presence_penalty": 3}),
+                "presence_penalty",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "repetition_penalty": 0}),
+                "repetition_penalty",
+            ),
+            (
+                json!({"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}),
+                "stream_options",
+            ),
             (json!({"model": "m", "messages": []}), "messages"),
-            (json!({"model": "m", "messages": [{"content": "hi"}]}), "messages[0].role"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": 3}]}), "messages[0].content"),
-            (json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}), "top_logprobs"),
+            (
+                json!({"model": "m", "messages": [{"content": "hi"}]}),
+                "messages[0].role",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": 3}]}),
+                "messages[0].content",
+            ),
+            (
+                json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}),
+                "top_logprobs",
+            ),
         ];
         for (body, param) in cases {
             let chat = body.get("messages").is_some();
@@ -496,7 +542,10 @@ mod tests {
         .expect("valid");
         assert_eq!(
             r.prompts,
-            vec![PromptInput::Tokens(vec![1, 2]), PromptInput::Tokens(vec![3])]
+            vec![
+                PromptInput::Tokens(vec![1, 2]),
+                PromptInput::Tokens(vec![3])
+            ]
         );
         assert_eq!(r.params.max_tokens, Some(16));
         assert_eq!(r.params.temperature, 1.0);
@@ -514,6 +563,9 @@ mod tests {
         .expect("valid");
         assert_eq!(c.params.max_tokens, Some(5));
         assert_eq!(c.logprobs, Some(2));
-        assert_eq!(c.messages.as_ref().map(|m| m[0].content.as_str()), Some("hi"));
+        assert_eq!(
+            c.messages.as_ref().map(|m| m[0].content.as_str()),
+            Some("hi")
+        );
     }
 }

@@ -119,7 +119,10 @@ pub fn run(model: PathBuf, n_ctx: usize, jobs: Receiver<AuditJob>, metrics: Arc<
     let mut engine = match engine {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("audit disabled: cannot load {} on the reference backend: {e:#}", model.display());
+            eprintln!(
+                "audit disabled: cannot load {} on the reference backend: {e:#}",
+                model.display()
+            );
             for _ in jobs {
                 metrics.audit_error();
             }

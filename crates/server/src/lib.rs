@@ -352,12 +352,22 @@ async fn tokenize(
         let text = match obj.get("content").or_else(|| obj.get("prompt")) {
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(ApiError::invalid("content", "`content` must be a string")),
-            None => return Err(ApiError::invalid("content", "`content` (or `prompt`) is required")),
+            None => {
+                return Err(ApiError::invalid(
+                    "content",
+                    "`content` (or `prompt`) is required",
+                ))
+            }
         };
         let add_special = match obj.get("add_special") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(ApiError::invalid("add_special", "`add_special` must be a boolean")),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    "add_special",
+                    "`add_special` must be a boolean",
+                ))
+            }
         };
         let tokens = state.tokenizer.encode(&text, add_special, true);
         Ok(Json(json!({
@@ -381,7 +391,10 @@ async fn detokenize(
         check_auth(&state, &headers)?;
         let obj = api::parse_object(&body_bytes(body)?)?;
         let Some(Value::Array(items)) = obj.get("tokens") else {
-            return Err(ApiError::invalid("tokens", "`tokens` must be an array of token ids"));
+            return Err(ApiError::invalid(
+                "tokens",
+                "`tokens` must be an array of token ids",
+            ));
         };
         let vocab = state.tokenizer.vocab_size();
         let mut ids = Vec::with_capacity(items.len());
@@ -463,7 +476,11 @@ struct Submitted {
 }
 
 fn submit_error(e: SubmitError, kind: Kind) -> ApiError {
-    let prompt_field = if kind == Kind::Chat { "messages" } else { "prompt" };
+    let prompt_field = if kind == Kind::Chat {
+        "messages"
+    } else {
+        "prompt"
+    };
     match e {
         SubmitError::QueueFull(_) => ApiError::overloaded(e.to_string()),
         SubmitError::EmptyPrompt => ApiError::invalid(prompt_field, e.to_string()),
@@ -475,14 +492,23 @@ fn submit_error(e: SubmitError, kind: Kind) -> ApiError {
             ApiError::invalid("logit_bias", e.to_string())
         }
         SubmitError::TooManyLogprobs(_) => ApiError::invalid(
-            if kind == Kind::Chat { "top_logprobs" } else { "logprobs" },
+            if kind == Kind::Chat {
+                "top_logprobs"
+            } else {
+                "logprobs"
+            },
             e.to_string(),
         ),
         SubmitError::Params(p) => ApiError::invalid(p.field.clone(), p.to_string()),
     }
 }
 
-async fn submit(state: &Shared, body: Result<Bytes, BytesRejection>, headers: &HeaderMap, kind: Kind) -> Result<(Submitted, bool), ApiError> {
+async fn submit(
+    state: &Shared,
+    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    kind: Kind,
+) -> Result<(Submitted, bool), ApiError> {
     check_auth(state, headers)?;
     if !state.alive.load(Ordering::SeqCst) {
         return Err(ApiError::unavailable("the engine has stopped"));
@@ -527,7 +553,10 @@ async fn submit(state: &Shared, body: Result<Bytes, BytesRejection>, headers: &H
             let mut params = g.params.clone();
             params.seed = params.seed.wrapping_add(i as u64);
             let audit = {
-                let mut c = state.audit_credit.lock().map_err(|_| ApiError::internal("audit lock"))?;
+                let mut c = state
+                    .audit_credit
+                    .lock()
+                    .map_err(|_| ApiError::internal("audit lock"))?;
                 *c += state.cfg.audit_rate;
                 if *c >= 1.0 {
                     *c -= 1.0;
@@ -565,7 +594,11 @@ async fn submit(state: &Shared, body: Result<Bytes, BytesRejection>, headers: &H
         }
     }
     let n = state.next_http_id.fetch_add(1, Ordering::Relaxed);
-    let prefix = if kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
+    let prefix = if kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    };
     Ok((
         Submitted {
             kind,
@@ -590,7 +623,9 @@ fn token_str(tok: &Tokenizer, id: u32) -> String {
 }
 
 fn token_bytes(tok: &Tokenizer, id: u32) -> Vec<u8> {
-    tok.token_to_piece(id, false).map(<[u8]>::to_vec).unwrap_or_default()
+    tok.token_to_piece(id, false)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default()
 }
 
 /// Logprobs of one position in the chat format.
@@ -655,12 +690,21 @@ fn usage(n_prompt: usize, n_gen: usize) -> Value {
 impl Submitted {
     /// Applies one event to the choice states; returns the token's timing for the metrics.
     fn apply(&self, state: &AppState, choices: &mut [ChoiceState], idx: usize, ev: Event) {
-        let Some(c) = choices.get_mut(idx) else { return };
+        let Some(c) = choices.get_mut(idx) else {
+            return;
+        };
         match ev {
-            Event::Token { token, text, logprob, .. } => {
+            Event::Token {
+                token,
+                text,
+                logprob,
+                ..
+            } => {
                 let now = Instant::now();
                 match c.last_token_at {
-                    None => state.metrics.ttft(now.duration_since(self.arrival).as_secs_f64()),
+                    None => state
+                        .metrics
+                        .ttft(now.duration_since(self.arrival).as_secs_f64()),
                     Some(t) => state.metrics.itl(now.duration_since(t).as_secs_f64()),
                 }
                 c.last_token_at = Some(now);
@@ -673,7 +717,9 @@ impl Submitted {
             Event::Finished(f) => {
                 c.text.push_str(&f.tail);
                 state.metrics.e2e(self.arrival.elapsed().as_secs_f64());
-                state.metrics.request_done(f.finish.as_openai_str(), f.n_prompt, f.n_generated);
+                state
+                    .metrics
+                    .request_done(f.finish.as_openai_str(), f.n_prompt, f.n_generated);
                 c.finished = Some(f);
             }
             Event::Failed(m) => {
@@ -684,15 +730,28 @@ impl Submitted {
     }
 }
 
-async fn completions(State(state): State<Shared>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     generation(state, headers, body, Kind::Completion).await
 }
 
-async fn chat_completions(State(state): State<Shared>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+async fn chat_completions(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     generation(state, headers, body, Kind::Chat).await
 }
 
-async fn generation(state: Shared, headers: HeaderMap, body: Result<Bytes, BytesRejection>, kind: Kind) -> Response {
+async fn generation(
+    state: Shared,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    kind: Kind,
+) -> Response {
     let (sub, stream) = match submit(&state, body, &headers, kind).await {
         Ok(s) => s,
         Err(e) => {
@@ -710,11 +769,15 @@ async fn generation(state: Shared, headers: HeaderMap, body: Result<Bytes, Bytes
 }
 
 async fn whole(state: Shared, mut sub: Submitted) -> Response {
-    let mut choices: Vec<ChoiceState> = (0..sub.n_choices).map(|_| ChoiceState::default()).collect();
+    let mut choices: Vec<ChoiceState> =
+        (0..sub.n_choices).map(|_| ChoiceState::default()).collect();
     let mut open = sub.n_choices;
     while open > 0 {
         let Some((idx, ev)) = sub.events.recv().await else {
-            return fail(&state, ApiError::unavailable("the engine stopped mid-request"));
+            return fail(
+                &state,
+                ApiError::unavailable("the engine stopped mid-request"),
+            );
         };
         let last = matches!(ev, Event::Finished(_) | Event::Failed(_));
         sub.apply(&state, &mut choices, idx, ev);
@@ -785,7 +848,11 @@ struct StreamState {
 
 impl StreamState {
     fn chunk(&self, choices: Value, usage_v: Option<Value>) -> String {
-        let object = if self.sub.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" };
+        let object = if self.sub.kind == Kind::Chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
         let mut v = json!({
             "id": self.sub.id,
             "object": object,
@@ -840,7 +907,11 @@ impl StreamState {
                 "lockstep": lsf,
             }]),
             Kind::Chat => {
-                let delta = if fin.is_some() && text.is_empty() { json!({}) } else { json!({"content": text}) };
+                let delta = if fin.is_some() && text.is_empty() {
+                    json!({})
+                } else {
+                    json!({"content": text})
+                };
                 json!([{
                     "index": idx,
                     "delta": delta,
@@ -889,7 +960,10 @@ fn streaming(state: Shared, sub: Submitted) -> impl IntoResponse {
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         loop {
             if let Some(data) = st.queue.pop_front() {
-                return Some((Ok::<_, std::convert::Infallible>(SseEvent::default().data(data)), st));
+                return Some((
+                    Ok::<_, std::convert::Infallible>(SseEvent::default().data(data)),
+                    st,
+                ));
             }
             if st.done || st.open == 0 {
                 return None;

@@ -248,9 +248,13 @@ pub async fn stream_completion(
             if !toks.is_empty() {
                 token_times.push(*t);
             }
-            for (tok, l) in toks.iter().zip(lp["token_logprobs"].as_array().into_iter().flatten()) {
+            for (tok, l) in toks
+                .iter()
+                .zip(lp["token_logprobs"].as_array().into_iter().flatten())
+            {
                 out.tokens.push(tok.as_str().unwrap_or("").to_string());
-                out.logprob_bits.push((l.as_f64().unwrap_or(f64::NAN) as f32).to_bits());
+                out.logprob_bits
+                    .push((l.as_f64().unwrap_or(f64::NAN) as f32).to_bits());
             }
         }
     }
@@ -261,9 +265,7 @@ pub async fn stream_completion(
         .events
         .last()
         .map_or(start.elapsed(), |(t, _)| t.duration_since(start));
-    let ttft = token_times
-        .first()
-        .map_or(e2e, |t| t.duration_since(start));
+    let ttft = token_times.first().map_or(e2e, |t| t.duration_since(start));
     let itl = token_times
         .windows(2)
         .map(|w| w[1].duration_since(w[0]))
@@ -349,10 +351,30 @@ impl Report {
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "concurrency {:>4} | completed {} failed {} in {:.2} s", self.concurrency, self.completed, self.failed, self.duration.as_secs_f64())?;
-        writeln!(f, "  throughput: {:.2} req/s, {:.1} output tok/s, goodput {:.2} req/s", self.request_throughput, self.output_throughput, self.goodput)?;
-        for (name, p) in [("TTFT", &self.ttft_ms), ("TPOT", &self.tpot_ms), ("ITL", &self.itl_ms), ("E2E", &self.e2e_ms)] {
-            writeln!(f, "  {name:<4} ms: mean {:8.1} median {:8.1} p99 {:8.1}", p.mean, p.median, p.p99)?;
+        writeln!(
+            f,
+            "concurrency {:>4} | completed {} failed {} in {:.2} s",
+            self.concurrency,
+            self.completed,
+            self.failed,
+            self.duration.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "  throughput: {:.2} req/s, {:.1} output tok/s, goodput {:.2} req/s",
+            self.request_throughput, self.output_throughput, self.goodput
+        )?;
+        for (name, p) in [
+            ("TTFT", &self.ttft_ms),
+            ("TPOT", &self.tpot_ms),
+            ("ITL", &self.itl_ms),
+            ("E2E", &self.e2e_ms),
+        ] {
+            writeln!(
+                f,
+                "  {name:<4} ms: mean {:8.1} median {:8.1} p99 {:8.1}",
+                p.mean, p.median, p.p99
+            )?;
         }
         Ok(())
     }
@@ -464,8 +486,22 @@ pub async fn run_load(
 /// `n` requests over `distinct` (prompt, seed) pairs, deterministic.
 pub fn synthetic_requests(n: usize, distinct: usize, max_tokens: usize) -> Vec<LoadRequest> {
     const TOPICS: &[&str] = &[
-        "the sea", "a lighthouse", "bread", "trains", "the moon", "rivers", "a library",
-        "winter", "bees", "clocks", "mountains", "a garden", "rain", "maps", "violins", "salt",
+        "the sea",
+        "a lighthouse",
+        "bread",
+        "trains",
+        "the moon",
+        "rivers",
+        "a library",
+        "winter",
+        "bees",
+        "clocks",
+        "mountains",
+        "a garden",
+        "rain",
+        "maps",
+        "violins",
+        "salt",
     ];
     (0..n)
         .map(|i| {
@@ -529,8 +565,14 @@ pub async fn check_against_solo(
         let want = &solo[&(r.prompt.clone(), r.seed)];
         match o {
             Ok((got, _)) if got == want => {
-                if got.tokens.len() != r.max_tokens || got.n_completion != Some(r.max_tokens as u64) {
-                    problems.push(format!("request {i}: {} tokens, usage {:?}, asked {}", got.tokens.len(), got.n_completion, r.max_tokens));
+                if got.tokens.len() != r.max_tokens || got.n_completion != Some(r.max_tokens as u64)
+                {
+                    problems.push(format!(
+                        "request {i}: {} tokens, usage {:?}, asked {}",
+                        got.tokens.len(),
+                        got.n_completion,
+                        r.max_tokens
+                    ));
                 }
             }
             Ok((got, _)) => problems.push(format!(
@@ -541,7 +583,12 @@ pub async fn check_against_solo(
         }
     }
     if !problems.is_empty() {
-        bail!("{} of {} requests wrong:\n{}", problems.len(), requests.len(), problems.join("\n"));
+        bail!(
+            "{} of {} requests wrong:\n{}",
+            problems.len(),
+            requests.len(),
+            problems.join("\n")
+        );
     }
     Ok(report)
 }

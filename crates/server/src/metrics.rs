@@ -17,8 +17,7 @@ pub struct Histogram {
 
 /// Latency buckets from 1 ms to 2 minutes.
 pub const LATENCY_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
 /// KL-divergence buckets (nats) for the audit.

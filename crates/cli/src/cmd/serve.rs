@@ -124,7 +124,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         template,
     };
     let (ctx, cache, prefix) = (args.ctx, args.cache_tokens, !args.no_prefix_cache);
-    eprintln!("loading {} on the {} backend ...", path.display(), args.backend);
+    eprintln!(
+        "loading {} on the {} backend ...",
+        path.display(),
+        args.backend
+    );
     let handle = match args.backend.as_str() {
         "cpu" => {
             let threads = args.threads;
@@ -146,14 +150,28 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             )?
         }
         "ref" => lockstep_server::start(
-            move || scheduler(&path, RefBackend::new(), ctx, cache, prefix, sched_cfg, tokenizer),
+            move || {
+                scheduler(
+                    &path,
+                    RefBackend::new(),
+                    ctx,
+                    cache,
+                    prefix,
+                    sched_cfg,
+                    tokenizer,
+                )
+            },
             served,
             cfg,
             listener,
         )?,
         other => bail!("unknown backend `{other}`"),
     };
-    eprintln!("serving `{}` on http://{}", args.served_model_name.unwrap_or(args.model), handle.addr);
+    eprintln!(
+        "serving `{}` on http://{}",
+        args.served_model_name.unwrap_or(args.model),
+        handle.addr
+    );
     handle.wait();
     Ok(())
 }
