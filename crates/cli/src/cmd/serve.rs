@@ -210,6 +210,9 @@ pub struct LoadgenArgs {
     /// Print JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
+    /// First wait up to this many seconds for the server's /health to answer 200.
+    #[arg(long, default_value_t = 0)]
+    pub wait_ready: u64,
 }
 
 pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
@@ -218,6 +221,19 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        if args.wait_ready > 0 {
+            let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_ready);
+            loop {
+                let r = loadgen::request(args.addr, "GET", "/health", None, &[], Duration::from_secs(5)).await;
+                if r.as_ref().is_ok_and(|r| r.status == 200) {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    bail!("the server at {} was not ready within {} s", args.addr, args.wait_ready);
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
         for &c in &args.concurrency {
             let n = args.requests.unwrap_or((4 * c).max(16));
             let reqs = loadgen::synthetic_requests(n, args.distinct, args.max_tokens);
