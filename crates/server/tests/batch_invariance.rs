@@ -66,9 +66,7 @@ fn step_into<B: Backend>(
 ) {
     for (id, ev) in s.step() {
         match ev {
-            Event::Token {
-                token, logprob, ..
-            } => {
+            Event::Token { token, logprob, .. } => {
                 let r = out.entry(id).or_default();
                 r.tokens.push(token);
                 let lp = logprob.expect("logprobs");
@@ -110,10 +108,20 @@ fn check_model(name: &str, n_random: usize) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ vocab as u64);
     // The needle: the first 40 tokens of the longest fixture prompt (real text, several
     // blocks).
-    let mut needle_prompt = prompts.iter().max_by_key(|p| p.len()).cloned().expect("prompts");
-    assert!(needle_prompt.len() >= 40, "{name}: the longest fixture prompt is short");
+    let mut needle_prompt = prompts
+        .iter()
+        .max_by_key(|p| p.len())
+        .cloned()
+        .expect("prompts");
+    assert!(
+        needle_prompt.len() >= 40,
+        "{name}: the longest fixture prompt is short"
+    );
     needle_prompt.truncate(40);
-    let needles = [req(needle_prompt.clone(), 10, None), req(needle_prompt.clone(), 10, Some(77))];
+    let needles = [
+        req(needle_prompt.clone(), 10, None),
+        req(needle_prompt.clone(), 10, Some(77)),
+    ];
 
     // Solo runs, on an engine with a different block size and no prefix cache.
     let solo: Vec<Run> = needles
@@ -134,7 +142,10 @@ fn check_model(name: &str, n_random: usize) {
             out.remove(&id).expect("needle ran")
         })
         .collect();
-    assert_ne!(solo[0].tokens, solo[1].tokens, "greedy and seeded needles should differ");
+    assert_ne!(
+        solo[0].tokens, solo[1].tokens,
+        "greedy and seeded needles should differ"
+    );
 
     // The haystack: random prompts (a third share the needle's first blocks, to share cached
     // blocks with it), random lengths, greedy or seeded; the needles join mid-run.
@@ -158,12 +169,18 @@ fn check_model(name: &str, n_random: usize) {
     let mut cached = BTreeMap::new();
     let random_request = |rng: &mut Rng| {
         let len = 3 + rng.below(45);
-        let mut p: Vec<u32> = (0..len).map(|_| rng.below(vocab.min(30000)) as u32).collect();
+        let mut p: Vec<u32> = (0..len)
+            .map(|_| rng.below(vocab.min(30000)) as u32)
+            .collect();
         if rng.below(3) == 0 {
             let k = 16 * (1 + rng.below(2));
             p.splice(0..0, needle_prompt[..k].iter().copied());
         }
-        let seed = if rng.below(2) == 0 { None } else { Some(rng.next()) };
+        let seed = if rng.below(2) == 0 {
+            None
+        } else {
+            Some(rng.next())
+        };
         req(p, 2 + rng.below(10), seed)
     };
     // A first wave of random requests, which also fills the prefix cache with needle blocks.
@@ -173,14 +190,20 @@ fn check_model(name: &str, n_random: usize) {
     for _ in 0..3 {
         step_into(&mut s, &mut out, &mut cached);
     }
-    let needle_ids: Vec<RequestId> = needles.iter().map(|n| s.submit(n.clone()).expect("submit")).collect();
+    let needle_ids: Vec<RequestId> = needles
+        .iter()
+        .map(|n| s.submit(n.clone()).expect("submit"))
+        .collect();
     for _ in n_random / 2..n_random {
         s.submit(random_request(&mut rng)).expect("submit");
         step_into(&mut s, &mut out, &mut cached);
     }
     drain(&mut s, &mut out, &mut cached, 5000);
     for (i, id) in needle_ids.iter().enumerate() {
-        assert_eq!(out[id], solo[i], "{name}: needle {i} in a batch differs from its solo run");
+        assert_eq!(
+            out[id], solo[i],
+            "{name}: needle {i} in a batch differs from its solo run"
+        );
     }
 
     // The needles again, now with their whole prompt but the last block in the cache, among
@@ -204,10 +227,15 @@ fn check_model(name: &str, n_random: usize) {
     // Request ids restart in a new scheduler.
     out.clear();
     cached.clear();
-    let warm = s2.submit(req(needle_prompt.clone(), 1, None)).expect("submit");
+    let warm = s2
+        .submit(req(needle_prompt.clone(), 1, None))
+        .expect("submit");
     drain(&mut s2, &mut out, &mut cached, 1000);
     assert_eq!(cached[&warm], 0);
-    let again: Vec<RequestId> = needles.iter().map(|n| s2.submit(n.clone()).expect("submit")).collect();
+    let again: Vec<RequestId> = needles
+        .iter()
+        .map(|n| s2.submit(n.clone()).expect("submit"))
+        .collect();
     for _ in 0..6 {
         let mut r = random_request(&mut rng);
         r.prompt.truncate(20);
@@ -215,10 +243,19 @@ fn check_model(name: &str, n_random: usize) {
     }
     drain(&mut s2, &mut out, &mut cached, 5000);
     let cached_needle = cached[&again[0]];
-    assert!(cached_needle >= 32, "{name}: the needle's prefix came from the cache ({cached_needle} tokens)");
-    assert!(s2.stats().preemptions > 0, "{name}: the small cache was meant to force preemption");
+    assert!(
+        cached_needle >= 32,
+        "{name}: the needle's prefix came from the cache ({cached_needle} tokens)"
+    );
+    assert!(
+        s2.stats().preemptions > 0,
+        "{name}: the small cache was meant to force preemption"
+    );
     for (i, id) in again.iter().enumerate() {
-        assert_eq!(out[id], solo[i], "{name}: needle {i} with a prefix-cache hit (and preemption) differs from its solo run");
+        assert_eq!(
+            out[id], solo[i],
+            "{name}: needle {i} with a prefix-cache hit (and preemption) differs from its solo run"
+        );
     }
 }
 

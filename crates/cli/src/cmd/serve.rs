@@ -224,12 +224,24 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
         if args.wait_ready > 0 {
             let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_ready);
             loop {
-                let r = loadgen::request(args.addr, "GET", "/health", None, &[], Duration::from_secs(5)).await;
+                let r = loadgen::request(
+                    args.addr,
+                    "GET",
+                    "/health",
+                    None,
+                    &[],
+                    Duration::from_secs(5),
+                )
+                .await;
                 if r.as_ref().is_ok_and(|r| r.status == 200) {
                     break;
                 }
                 if std::time::Instant::now() > deadline {
-                    bail!("the server at {} was not ready within {} s", args.addr, args.wait_ready);
+                    bail!(
+                        "the server at {} was not ready within {} s",
+                        args.addr,
+                        args.wait_ready
+                    );
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
