@@ -272,4 +272,44 @@ mod tests {
         assert_eq!(sorted, (0..32).collect::<Vec<u32>>());
         assert_ne!(t, sorted, "scrambled order should not be ascending");
     }
+
+    #[test]
+    fn prefix_blocks_are_shared_refcounted_and_evicted_when_needed() {
+        let mut a = BlockAllocator::new(4, 2);
+        let tokens = [1, 2, 3, 4, 5];
+        let mut t1 = Vec::new();
+        a.ensure(&mut t1, 5).unwrap();
+        a.register_prefix(&t1, &tokens);
+        // Two whole blocks registered; the partial third is not.
+        assert_eq!(a.n_cached(), 2);
+        // A second prompt sharing the first block only.
+        let hit = a.lookup_prefix(&[1, 2, 9, 9, 7], 2);
+        assert_eq!(hit, vec![t1[0]]);
+        assert_eq!(a.ref_count(t1[0]), 2);
+        assert_eq!((a.prefix_queries, a.prefix_hits), (2, 1));
+        // The chain matters: the same tokens after a different first block do not match.
+        assert!(a.lookup_prefix(&[9, 9, 3, 4], 2).is_empty());
+        let mut t2 = hit;
+        a.release(&mut t1);
+        // Block 0 is still held by t2; block 1 is cached and unheld; block 2 is free.
+        assert_eq!(a.n_free(), 3);
+        assert_eq!(a.n_used(), 1);
+        a.release(&mut t2);
+        assert_eq!(a.n_free(), 4);
+        assert_eq!(a.n_cached(), 2);
+        // A full prompt hit takes both cached blocks back.
+        let again = a.lookup_prefix(&tokens, 2);
+        assert_eq!(again.len(), 2);
+        let mut t3 = again;
+        a.release(&mut t3);
+        // Needing every block evicts the cached ones (oldest first) and forgets them.
+        let mut big = Vec::new();
+        a.ensure(&mut big, 8).unwrap();
+        assert_eq!(a.n_cached(), 0);
+        assert!(a.lookup_prefix(&tokens, 2).is_empty());
+        assert!(matches!(
+            a.ensure(&mut big, 9),
+            Err(EngineError::CacheFull { .. })
+        ));
+    }
 }

@@ -154,6 +154,10 @@ pub struct SchedulerStats {
     pub generated_tokens: u64,
     pub prefix_blocks_queried: u64,
     pub prefix_blocks_hit: u64,
+    /// Seconds spent in forward passes, and in whole steps (scheduling, sampling, logprobs,
+    /// monitors and stream decoding included).
+    pub forward_seconds: f64,
+    pub step_seconds: f64,
 }
 
 struct Active {
@@ -356,6 +360,13 @@ impl<B: Backend> Scheduler<B> {
     /// Runs one forward step over everything scheduled; returns the events it produced, in
     /// batch order. Does nothing (and returns nothing) when there is no work.
     pub fn step(&mut self) -> Vec<(RequestId, Event)> {
+        let t0 = std::time::Instant::now();
+        let events = self.step_inner();
+        self.stats.step_seconds += t0.elapsed().as_secs_f64();
+        events
+    }
+
+    fn step_inner(&mut self) -> Vec<(RequestId, Event)> {
         let mut events = Vec::new();
         // 1. Cancellations.
         for id in std::mem::take(&mut self.cancelled) {
@@ -472,7 +483,9 @@ impl<B: Backend> Scheduler<B> {
             who.push(i);
         }
         self.stats.steps += 1;
+        let t0 = std::time::Instant::now();
         let result = self.engine.forward(&inputs, &mut Taps::none());
+        self.stats.forward_seconds += t0.elapsed().as_secs_f64();
         drop(inputs);
         let logits = match result {
             Ok(l) => l,

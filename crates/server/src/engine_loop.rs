@@ -20,7 +20,7 @@ pub type EventSender = mpsc::UnboundedSender<(usize, Event)>;
 
 pub enum Command {
     Submit {
-        req: Request,
+        req: Box<Request>,
         choice: usize,
         events: EventSender,
         reply: oneshot::Sender<Result<RequestId, SubmitError>>,
@@ -135,7 +135,7 @@ fn handle<B: Backend>(
                 generated: Vec::new(),
                 served_logits: Vec::new(),
             });
-            let r = sched.submit(req);
+            let r = sched.submit(*req);
             if let Ok(id) = r {
                 routes.insert(
                     id,

@@ -579,7 +579,7 @@ async fn submit(
                 .lock()
                 .map_err(|_| ApiError::internal("command lock"))?
                 .send(Command::Submit {
-                    req,
+                    req: Box::new(req),
                     choice,
                     events: tx.clone(),
                     reply: reply_tx,

@@ -226,6 +226,8 @@ impl Metrics {
             gauge(&mut o, "lockstep_kv_blocks_used", "KV cache blocks held by sequences.", s.kv_blocks_used as f64);
             gauge(&mut o, "lockstep_kv_blocks_total", "KV cache blocks in all.", s.kv_blocks_total as f64);
             counter(&mut o, "lockstep_steps_total", "Forward steps run.", s.steps);
+            let _ = writeln!(o, "# HELP lockstep_forward_seconds_total Time in forward passes.\n# TYPE lockstep_forward_seconds_total counter\nlockstep_forward_seconds_total {}", s.forward_seconds);
+            let _ = writeln!(o, "# HELP lockstep_step_seconds_total Time in scheduler steps (forward, sampling, logprobs, monitors, decoding).\n# TYPE lockstep_step_seconds_total counter\nlockstep_step_seconds_total {}", s.step_seconds);
             counter(&mut o, "lockstep_preemptions_total", "Requests preempted (recomputed later) for lack of KV blocks.", s.preemptions);
             counter(&mut o, "lockstep_prefix_cache_queries_total", "Whole prompt blocks looked up in the prefix cache.", s.prefix_blocks_queried);
             counter(&mut o, "lockstep_prefix_cache_hits_total", "Whole prompt blocks found in the prefix cache.", s.prefix_blocks_hit);
