@@ -154,19 +154,15 @@ where
     let (cmd_tx, cmd_rx) = std::sync::mpsc::channel::<Command>();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<usize>>();
 
-    let audit_tx = if cfg.audit_rate > 0.0 {
-        let model = cfg
-            .audit_model
-            .clone()
-            .ok_or_else(|| anyhow::anyhow!("--audit needs the model file"))?;
+    // The audit thread learns the longest sequence once the engine is built.
+    let (audit_tx, audit_rx) = if cfg.audit_rate > 0.0 {
+        if cfg.audit_model.is_none() {
+            anyhow::bail!("--audit needs the model file");
+        }
         let (tx, rx) = std::sync::mpsc::sync_channel(8);
-        let m = metrics.clone();
-        std::thread::Builder::new()
-            .name("audit".into())
-            .spawn(move || audit::run(model, 4096, rx, m))?;
-        Some(tx)
+        (Some(tx), Some(rx))
     } else {
-        None
+        (None, None)
     };
 
     {
@@ -189,6 +185,12 @@ where
     let max_len = ready_rx
         .recv()
         .map_err(|_| anyhow::anyhow!("the engine thread died while loading"))??;
+    if let (Some(rx), Some(model)) = (audit_rx, cfg.audit_model.clone()) {
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("audit".into())
+            .spawn(move || audit::run(model, max_len, rx, m))?;
+    }
 
     let state = Arc::new(AppState {
         tokenizer: served.tokenizer,
@@ -468,6 +470,8 @@ struct Submitted {
     created: u64,
     model: String,
     n_choices: usize,
+    /// Choices per prompt (`n`): choice `i` belongs to prompt `i / n_per_prompt`.
+    n_per_prompt: usize,
     include_usage: bool,
     logprobs: Option<usize>,
     events: mpsc::UnboundedReceiver<(usize, Event)>,
@@ -606,6 +610,7 @@ async fn submit(
             created: now_unix(),
             model: g.model,
             n_choices: choice,
+            n_per_prompt: g.n,
             include_usage: g.include_usage,
             logprobs: g.logprobs,
             events: rx,
@@ -792,7 +797,7 @@ async fn whole(state: Shared, mut sub: Submitted) -> Response {
     let tok = &state.tokenizer;
     let mut n_prompt_total = 0;
     let mut n_gen_total = 0;
-    let mut seen_prompt = std::collections::HashSet::new();
+    let per_prompt = sub.n_per_prompt.max(1);
     let out: Vec<Value> = choices
         .iter()
         .enumerate()
@@ -800,7 +805,7 @@ async fn whole(state: Shared, mut sub: Submitted) -> Response {
             let f = c.finished.as_ref();
             let n_prompt = f.map_or(0, |f| f.n_prompt);
             // Prompt tokens count once per prompt (n choices share it), as OpenAI does.
-            if seen_prompt.insert((i / choices.len().max(1), n_prompt)) {
+            if i % per_prompt == 0 {
                 n_prompt_total += n_prompt;
             }
             n_gen_total += f.map_or(0, |f| f.n_generated);
@@ -927,11 +932,10 @@ impl StreamState {
             if self.sub.include_usage {
                 let mut n_prompt = 0;
                 let mut n_gen = 0;
-                let per_prompt = self.choices.len();
-                let mut seen = std::collections::HashSet::new();
+                let per_prompt = self.sub.n_per_prompt.max(1);
                 for (i, c) in self.choices.iter().enumerate() {
                     if let Some(f) = &c.finished {
-                        if seen.insert((i / per_prompt.max(1), f.n_prompt)) {
+                        if i % per_prompt == 0 {
                             n_prompt += f.n_prompt;
                         }
                         n_gen += f.n_generated;
