@@ -35,6 +35,16 @@ struct Route {
     audit: Option<AuditJob>,
 }
 
+/// Marks the engine dead when the loop ends, by return or by a panic unwinding through it, so
+/// `/health` reports it and handlers answer 503.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Runs until every command sender is dropped and no work is left.
 pub fn run<B: Backend>(
     mut sched: Scheduler<B>,
@@ -43,6 +53,7 @@ pub fn run<B: Backend>(
     audit: Option<SyncSender<AuditJob>>,
     alive: Arc<AtomicBool>,
 ) {
+    let _alive = AliveGuard(alive);
     let mut routes: HashMap<RequestId, Route> = HashMap::new();
     let mut open = true;
     loop {
@@ -115,7 +126,6 @@ pub fn run<B: Backend>(
         }
         metrics.scheduler(sched.stats());
     }
-    alive.store(false, Ordering::SeqCst);
 }
 
 fn handle<B: Backend>(

@@ -176,3 +176,26 @@ fn monitor_alarms_reach_the_response_and_the_metrics() {
         "{v}"
     );
 }
+
+#[test]
+fn garbage_logits_fail_the_request_with_the_reason_and_the_server_stays_up() {
+    // The causal mask off by one: the first row sees no key and its softmax is NaN.
+    let s = server(Some(Fault::CausalOffByOne), 0.0);
+    let rt = rt();
+    let body = json!({"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0})
+        .to_string();
+    let r = call(&rt, s.addr, "POST", "/v1/completions", Some(&body), &[]);
+    let v = assert_error(&r, 500, None);
+    let msg = v["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("not finite"), "{msg}");
+    assert_eq!(call(&rt, s.addr, "GET", "/health", None, &[]).status, 200);
+    let m = metrics(&rt, &s);
+    assert!(
+        m.contains("lockstep_requests_total{outcome=\"error\"} 1"),
+        "{m}"
+    );
+    assert!(
+        m.contains("lockstep_http_errors_total{status=\"500\"} 1"),
+        "{m}"
+    );
+}
