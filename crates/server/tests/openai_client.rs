@@ -1,4 +1,4 @@
-//! The official `openai` Python client against `lockstep serve` (SmolLM2, cpu): completions
+//! The official `openai` Python client against `lockstep serve` (SmolLM2 and gemma3, cpu): completions
 //! and chat, streamed and whole, logprobs, n, seed, stop, errors, auth. Fails (never skips)
 //! when python3 or the `openai` package is missing; `.ci/run` installs it.
 
@@ -11,10 +11,9 @@ use lockstep_engine::scheduler::SchedulerConfig;
 use lockstep_engine::EngineConfig;
 use lockstep_server::ServerConfig;
 
-#[test]
-fn the_official_openai_client_works() {
+fn run_client_checks(model: &str) {
     let server = start_server(
-        &model_path("smollm2"),
+        &model_path(model),
         || cpu(2),
         EngineConfig {
             n_ctx: 1024,
@@ -24,7 +23,7 @@ fn the_official_openai_client_works() {
         },
         SchedulerConfig::default(),
         ServerConfig {
-            model_id: "smollm2".into(),
+            model_id: model.into(),
             api_key: Some("test-key".into()),
             ..ServerConfig::default()
         },
@@ -33,7 +32,7 @@ fn the_official_openai_client_works() {
     let out = Command::new("python3")
         .arg(script)
         .arg(format!("http://{}/v1", server.addr))
-        .arg("smollm2")
+        .arg(model)
         .arg("test-key")
         .output()
         .unwrap_or_else(|e| {
@@ -43,10 +42,20 @@ fn the_official_openai_client_works() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "openai client checks failed ({}):\n{stdout}\n{stderr}",
+        "openai client checks against {model} failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
     assert!(stdout.starts_with("ok: "), "{stdout}");
     eprintln!("{stdout}");
     server.stop();
+}
+
+#[test]
+fn the_official_openai_client_works_with_smollm2() {
+    run_client_checks("smollm2");
+}
+
+#[test]
+fn the_official_openai_client_works_with_gemma3() {
+    run_client_checks("gemma3");
 }
