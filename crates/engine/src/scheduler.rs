@@ -139,6 +139,9 @@ pub enum Event {
     Finished(Finished),
     /// The request could not continue (the step failed, or the logits were garbage).
     Failed(String),
+    /// A generation monitor fired for this request (reported when it fires; the request goes
+    /// on, and [`Finished::warnings`] lists every alarm again at the end).
+    Alarm(MonitorWarning),
 }
 
 /// Counters and gauges for metrics.
@@ -175,6 +178,8 @@ struct Active {
     monitor: Monitor,
     n_cached_prompt: Option<usize>,
     preemptions: u32,
+    /// Monitor warnings already reported as [`Event::Alarm`].
+    alarms_reported: usize,
 }
 
 impl Active {
@@ -286,6 +291,7 @@ impl<B: Backend> Scheduler<B> {
             seq: None,
             n_cached_prompt: None,
             preemptions: 0,
+            alarms_reported: 0,
             req,
         });
         Ok(id)
@@ -514,19 +520,26 @@ impl<B: Backend> Scheduler<B> {
             if row.data.is_empty() {
                 continue;
             }
-            match sample_one(a, &row.data, &self.tokenizer, self.max_len) {
+            let sampled = sample_one(a, &row.data, &self.tokenizer, self.max_len);
+            let (token_event, end) = match sampled {
                 Ok((ev, finished)) => {
                     self.stats.generated_tokens += 1;
-                    events.push((a.id, ev));
-                    if let Some(f) = finished {
-                        events.push((a.id, Event::Finished(f)));
-                        done.push(i);
-                    }
+                    (Some(ev), finished.map(Event::Finished))
                 }
-                Err(msg) => {
-                    events.push((a.id, Event::Failed(msg)));
-                    done.push(i);
-                }
+                Err(msg) => (None, Some(Event::Failed(msg))),
+            };
+            // Order: the token, the alarms it raised (reported as they fire; `Finished` lists
+            // them all again), then the end if it is one.
+            if let Some(ev) = token_event {
+                events.push((a.id, ev));
+            }
+            for w in &a.monitor.warnings[a.alarms_reported..] {
+                events.push((a.id, Event::Alarm(w.clone())));
+            }
+            a.alarms_reported = a.monitor.warnings.len();
+            if let Some(ev) = end {
+                events.push((a.id, ev));
+                done.push(i);
             }
         }
         done.sort_unstable();
@@ -612,7 +625,7 @@ fn sample_one(
             n_cached_prompt: a.n_cached_prompt.unwrap_or(0),
             n_generated: a.n_generated,
             preemptions: a.preemptions,
-            warnings: std::mem::take(&mut a.monitor.warnings),
+            warnings: a.monitor.warnings.clone(),
         }
     });
     // A stop string found only in the tail still ends as a stop.

@@ -102,6 +102,7 @@ fn collect(
                 finished.push((id, f));
             }
             Event::Failed(m) => panic!("request {id} failed: {m}"),
+            Event::Alarm(_) => {}
         }
     }
     finished
@@ -447,4 +448,40 @@ fn logit_bias_steers_the_choice_and_length_is_capped_by_the_context() {
         "20 prompt + 4 generated = the context of 24"
     );
     assert_eq!(fin[0].1.finish, FinishReason::Length);
+}
+
+#[test]
+fn monitor_alarms_are_events_when_they_fire_and_listed_at_the_end() {
+    let mut s = scheduler(EngineConfig::default(), SchedulerConfig::default());
+    let mut r = request(prompt(5, 1), 10, None);
+    r.logit_bias = vec![(777, 100.0)];
+    let id = s.submit(r).expect("submit");
+    // (tokens seen when it fired, kind)
+    let mut alarms = Vec::new();
+    let mut tokens = 0;
+    let mut finished = None;
+    for _ in 0..100 {
+        for (rid, ev) in s.step() {
+            assert_eq!(rid, id);
+            match ev {
+                Event::Token { .. } => tokens += 1,
+                Event::Alarm(w) => alarms.push((tokens, w.kind)),
+                Event::Finished(f) => finished = Some(f),
+                Event::Failed(m) => panic!("{m}"),
+            }
+        }
+        if !s.has_work() {
+            break;
+        }
+    }
+    // The 8th identical token fires the repeat monitor, right after that token's event. (The
+    // tiny fixture's random weights also make its logits nearly flat from the first token.)
+    assert!(
+        alarms.contains(&(8, lockstep_engine::WarningKind::RepeatedToken)),
+        "{alarms:?}"
+    );
+    let f = finished.expect("finished");
+    let listed: Vec<_> = f.warnings.iter().map(|w| w.kind).collect();
+    let fired: Vec<_> = alarms.iter().map(|&(_, k)| k).collect();
+    assert_eq!(listed, fired, "each alarm once, and all of them at the end");
 }

@@ -100,12 +100,10 @@ pub fn run<B: Backend>(
                         logits: None,
                     }
                 }
-                Event::Finished(f) => {
-                    for w in &f.warnings {
-                        eprintln!("monitor alarm: request {id}: {w}");
-                        metrics.alarm(w.kind.name());
-                    }
-                    Event::Finished(f)
+                Event::Alarm(w) => {
+                    eprintln!("monitor alarm: request {id}: {w}");
+                    metrics.alarm(w.kind.name());
+                    Event::Alarm(w)
                 }
                 other => other,
             };

@@ -731,6 +731,8 @@ impl Submitted {
                 state.metrics.request_done("error", 0, c.tokens.len());
                 c.failed = Some(m);
             }
+            // Counted and logged by the engine loop; reported with the final response.
+            Event::Alarm(_) => {}
         }
     }
 }
@@ -878,6 +880,8 @@ impl StreamState {
             Event::Token { text, logprob, .. } => (text.clone(), logprob.clone(), None, None),
             Event::Finished(f) => (f.tail.clone(), None, Some(f.clone()), None),
             Event::Failed(m) => (String::new(), None, None, Some(m.clone())),
+            // Reported in the final chunk's `lockstep` field.
+            Event::Alarm(_) => return,
         };
         let text_start = self.choices.get(idx).map_or(0, |c| c.text.len());
         let last = fin.is_some() || failed.is_some();

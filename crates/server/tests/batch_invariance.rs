@@ -80,6 +80,7 @@ fn step_into<B: Backend>(
                 cached.insert(id, f.n_cached_prompt);
             }
             Event::Failed(m) => panic!("request {id} failed: {m}"),
+            Event::Alarm(_) => {}
         }
     }
 }
