@@ -45,6 +45,10 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Check a model file: structure, tensors, metadata, tokenizer, a short generation.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API with continuous batching.
+    Serve(cmd::serve::ServeArgs),
+    /// Load-test a running `lockstep serve` (loopback only): TTFT, ITL, throughput, goodput.
+    Loadgen(cmd::serve::LoadgenArgs),
 }
 
 /// Exits with `code` when it is not 0 (commands whose exit status carries a verdict).
@@ -76,6 +80,8 @@ fn main() -> ExitCode {
         Command::Diff(args) => cmd::diff::run(args).map(exit_on_verdict),
         Command::Check(args) => cmd::check::run(args).map(exit_on_verdict),
         Command::Doctor(args) => cmd::doctor::run(args).map(exit_on_verdict),
+        Command::Serve(args) => cmd::serve::serve(args),
+        Command::Loadgen(args) => cmd::serve::loadgen_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,6 +8,7 @@
 mod generate;
 mod kv;
 pub mod monitor;
+pub mod scheduler;
 
 use std::collections::BTreeMap;
 
@@ -65,6 +66,9 @@ pub struct EngineConfig {
     pub block_size: usize,
     /// Hand out cache blocks in a scrambled order (invariance checks).
     pub scramble_blocks: Option<u64>,
+    /// Share whole cached blocks between sequences with a common prompt prefix
+    /// ([`Engine::new_sequence_cached`]); off by default.
+    pub prefix_cache: bool,
 }
 
 impl Default for EngineConfig {
@@ -74,6 +78,7 @@ impl Default for EngineConfig {
             cache_tokens: 4096,
             block_size: 16,
             scramble_blocks: None,
+            prefix_cache: false,
         }
     }
 }
@@ -101,6 +106,8 @@ pub struct SeqInput<'a> {
 struct SeqState {
     n_past: usize,
     blocks: Vec<u32>,
+    /// The tokens in the cache, kept only with prefix caching (block keys are their contents).
+    tokens: Vec<u32>,
 }
 
 pub struct Engine<B: Backend> {
@@ -111,6 +118,7 @@ pub struct Engine<B: Backend> {
     seqs: BTreeMap<SeqId, SeqState>,
     next_id: SeqId,
     n_ctx: usize,
+    prefix_cache: bool,
 }
 
 impl<B: Backend> Engine<B> {
@@ -143,6 +151,7 @@ impl<B: Backend> Engine<B> {
             seqs: BTreeMap::new(),
             next_id: 0,
             n_ctx,
+            prefix_cache: cfg.prefix_cache,
         })
     }
 
@@ -162,9 +171,53 @@ impl<B: Backend> Engine<B> {
             SeqState {
                 n_past: 0,
                 blocks: Vec::new(),
+                tokens: Vec::new(),
             },
         );
         id
+    }
+
+    /// A new sequence that will be fed `prompt`, starting from the longest run of whole
+    /// blocks of it already in the prefix cache. Returns the sequence and how many prompt
+    /// tokens are already cached: feed it `prompt[cached..]`. At least one token is always
+    /// left to evaluate, so the caller gets logits. Without prefix caching, `cached` is 0.
+    pub fn new_sequence_cached(&mut self, prompt: &[u32]) -> (SeqId, usize) {
+        let id = self.new_sequence();
+        if !self.prefix_cache || prompt.is_empty() {
+            return (id, 0);
+        }
+        let max_blocks = (prompt.len() - 1) / self.alloc.block_size();
+        let blocks = self.alloc.lookup_prefix(prompt, max_blocks);
+        let cached = blocks.len() * self.alloc.block_size();
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.n_past = cached;
+            s.tokens = prompt[..cached].to_vec();
+            s.blocks = blocks;
+        }
+        (id, cached)
+    }
+
+    /// Cache blocks held by at least one sequence, and the total.
+    pub fn kv_blocks(&self) -> (usize, usize) {
+        (self.alloc.n_used(), self.alloc.n_blocks())
+    }
+
+    /// Blocks that could be handed out now (free or cached and unheld).
+    pub fn free_blocks(&self) -> usize {
+        self.alloc.n_free()
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.alloc.block_size()
+    }
+
+    /// Prefix-cache counters: (blocks looked up, blocks found, blocks registered now).
+    pub fn prefix_cache_stats(&self) -> (u64, u64, usize) {
+        (
+            self.alloc.prefix_queries,
+            self.alloc.prefix_hits,
+            self.alloc.n_cached(),
+        )
     }
 
     /// Forgets a sequence and returns its blocks to the pool.
@@ -292,6 +345,18 @@ impl<B: Backend> Engine<B> {
         for inp in inputs {
             if let Some(s) = self.seqs.get_mut(&inp.seq) {
                 s.n_past += inp.tokens.len();
+                // A masked step's K/V is not a function of the tokens alone: never share it.
+                if self.prefix_cache
+                    && inp.mask.is_none()
+                    && s.tokens.len() + inp.tokens.len() == s.n_past
+                {
+                    s.tokens.extend_from_slice(inp.tokens);
+                    let bs = self.alloc.block_size();
+                    // Register only when this step filled a block.
+                    if s.n_past / bs > (s.n_past - inp.tokens.len()) / bs {
+                        self.alloc.register_prefix(&s.blocks, &s.tokens);
+                    }
+                }
             }
         }
         let v = logits.cols();

@@ -8,5 +8,6 @@ pub mod doctor;
 pub mod fetch;
 pub mod inspect;
 pub mod run;
+pub mod serve;
 pub mod tokenize;
 pub mod trace;

@@ -175,17 +175,9 @@ fn render_chat<B: Backend>(s: &Session<B>, messages: &[ChatMessage]) -> Result<V
     Ok(chat_prompt_ids(&s.tokenizer, &rendered.text))
 }
 
-/// Tokenizes a rendered chat prompt as llama.cpp does (BOS per the model's flag, special tokens
-/// parsed), dropping the second BOS when the template already wrote one.
-pub fn chat_prompt_ids(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
-    let mut ids = tokenizer.encode(text, true, true);
-    if let Some(bos) = tokenizer.bos() {
-        if tokenizer.add_bos() && ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
-            ids.remove(0);
-        }
-    }
-    ids
-}
+/// Tokenizes a rendered chat prompt as llama.cpp does; one definition shared with the server,
+/// so `lockstep serve` tokenizes chats exactly as `lockstep chat`.
+pub use lockstep_server::chat_prompt_ids;
 
 pub fn run(args: RunArgs) -> Result<()> {
     let prompt = match (&args.prompt, &args.text) {
