@@ -15,7 +15,7 @@ use lockstep_tokenizer::Tokenizer;
 use lockstep_verify::{parse_ids, record, AnyEngine, MaskMode, RunSpec, TapFilter, TraceMeta};
 
 /// The backends `--backend`, `--a` and `--b` accept.
-pub const BACKENDS: &[&str] = &["ref", "cpu", "faulty"];
+pub const BACKENDS: &[&str] = &["ref", "cpu", "faulty", "cuda"];
 
 /// Model options of the verification commands.
 #[derive(Args, Debug, Clone)]
@@ -131,6 +131,7 @@ pub fn open_engine(
             cfg,
         ),
         "faulty" => faulty_engine(inject, file, cfg),
+        "cuda" => boxed(cuda_backend()?, file, cfg),
         other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
     }
 }
@@ -158,6 +159,18 @@ fn faulty_engine(
     _cfg: EngineConfig,
 ) -> Result<Box<dyn AnyEngine>> {
     bail!("this lockstep was built without fault injection (build with `--features faults`)")
+}
+
+/// The CUDA backend on GPU 0; a clear error without a driver or in builds without the `cuda`
+/// feature.
+#[cfg(feature = "cuda")]
+pub fn cuda_backend() -> Result<lockstep_backend_cuda::CudaBackend> {
+    Ok(lockstep_backend_cuda::CudaBackend::new()?)
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn cuda_backend() -> Result<std::convert::Infallible> {
+    bail!("this lockstep was built without the CUDA backend (build with `--features cuda`)")
 }
 
 /// The fault names, if this build has them.

@@ -1,0 +1,389 @@
+// lockstep CUDA kernels, compiled at run time by NVRTC (no headers: NVRTC needs none).
+//
+// Compiled with --fmad=false: `a * b + c` stays a multiply and an add, two roundings, as in the
+// reference backend (Rust never contracts). Together with the reference's summation orders
+// (eight interleaved partial sums per dot product, f64 where the reference widens) this makes
+// most ops bitwise equal to the reference; only f64 transcendentals (exp, tanh) may differ by
+// an ulp before their final rounding to f32.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// Type ids are GGUF's (ggml_type).
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
+#define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
+#define T_BF16 30
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
+__device__ __forceinline__ float ldh(const u8* p) { return h2f(ld16(p)); }
+
+__constant__ signed char KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
+
+// ggml's get_scale_min_k4 (Q4_K, Q5_K).
+__device__ __forceinline__ void scale_min_k4(int j, const u8* q, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Element `e` of the block at `b`: the same f32 operations, in the same order, as
+// crates/quant/src/dequant.rs (hence bitwise equal to it).
+__device__ __forceinline__ float deq(int ty, const u8* b, int e) {
+    switch (ty) {
+    case T_F32: {
+        u32 u = (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24);
+        return __uint_as_float(u);
+    }
+    case T_F16: return ldh(b);
+    case T_BF16: return __uint_as_float(((u32)ld16(b)) << 16);
+    case T_Q4_0: {
+        float d = ldh(b);
+        int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+        return (float)(q - 8) * d;
+    }
+    case T_Q4_1: {
+        float d = ldh(b), m = ldh(b + 2);
+        int q = e < 16 ? (b[4 + e] & 0xF) : (b[4 + e - 16] >> 4);
+        return (float)q * d + m;
+    }
+    case T_Q5_0: {
+        float d = ldh(b);
+        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
+        int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
+        int q = lo | (((qh >> e) & 1) << 4);
+        return (float)(q - 16) * d;
+    }
+    case T_Q5_1: {
+        float d = ldh(b), m = ldh(b + 2);
+        u32 qh = (u32)b[4] | ((u32)b[5] << 8) | ((u32)b[6] << 16) | ((u32)b[7] << 24);
+        int lo = e < 16 ? (b[8 + e] & 0xF) : (b[8 + e - 16] >> 4);
+        int q = lo | (((qh >> e) & 1) << 4);
+        return (float)q * d + m;
+    }
+    case T_Q8_0: return (float)(signed char)b[2 + e] * ldh(b);
+    case T_Q2_K: {
+        float d = ldh(b + 80), mn = ldh(b + 82);
+        int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
+        int q = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+        int sc = b[e >> 4];
+        float dl = d * (float)(sc & 0xF), ml = mn * (float)(sc >> 4);
+        return dl * (float)q - ml;
+    }
+    case T_Q3_K: {
+        float d_all = ldh(b + 108);
+        int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
+        int low = (b[32 + 32 * n + l] >> (2 * j)) & 3;
+        int q = low - ((b[l] & (1 << (4 * n + j))) ? 0 : 4);
+        int s = e >> 4;
+        const u8* sp = b + 96;
+        int lo = s < 8 ? (sp[s] & 0xF) : (sp[s - 8] >> 4);
+        int hi = (sp[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        int sc = (int)(signed char)(u8)(lo | (hi << 4)) - 32;
+        float dl = d_all * (float)sc;
+        return dl * (float)q;
+    }
+    case T_Q4_K: {
+        float d = ldh(b), mn = ldh(b + 2);
+        int j = e >> 6, l = e & 63;
+        int sc, m;
+        int q = l < 32 ? (b[16 + 32 * j + l] & 0xF) : (b[16 + 32 * j + l - 32] >> 4);
+        scale_min_k4(l < 32 ? 2 * j : 2 * j + 1, b + 4, &sc, &m);
+        float d1 = d * (float)sc, m1 = mn * (float)m;
+        return d1 * (float)q - m1;
+    }
+    case T_Q5_K: {
+        float d = ldh(b), mn = ldh(b + 2);
+        int j = e >> 6, l = e & 63;
+        int q;
+        if (l < 32) q = (b[48 + 32 * j + l] & 0xF) + ((b[16 + l] & (1 << (2 * j))) ? 16 : 0);
+        else q = (b[48 + 32 * j + l - 32] >> 4) + ((b[16 + l - 32] & (2 << (2 * j))) ? 16 : 0);
+        int sc, m;
+        scale_min_k4(e >> 5, b + 4, &sc, &m);
+        float dl = d * (float)sc, ml = mn * (float)m;
+        return dl * (float)q - ml;
+    }
+    case T_Q6_K: {
+        float d = ldh(b + 208);
+        int n = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const u8* ql = b + 64 * n;
+        int h = b[128 + 32 * n + l];
+        int lo = (k & 1) ? ql[32 + l] : ql[l];
+        lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
+        int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
+        float dl = d * (float)(signed char)b[192 + (e >> 4)];
+        return dl * (float)q;
+    }
+    case T_IQ4_NL: {
+        float d = ldh(b);
+        int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+        return d * (float)KVALUES_IQ4NL[q];
+    }
+    case T_IQ4_XS: {
+        float d = ldh(b);
+        int ib = e >> 5, j = e & 31;
+        int scales_h = ld16(b + 2);
+        int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+        float dl = d * (float)(ls - 32);
+        int q = j < 16 ? (b[8 + 16 * ib + j] & 0xF) : (b[8 + 16 * ib + j - 16] >> 4);
+        return dl * (float)KVALUES_IQ4NL[q];
+    }
+    }
+    return __int_as_float(0x7fc00000);  // unknown type: NaN (the host never launches one)
+}
+
+struct QType {
+    int ty, bs, ts;
+};
+
+__device__ __forceinline__ float deq_at(QType t, const u8* row, int j) {
+    int blk = j / t.bs;
+    return deq(t.ty, row + (size_t)blk * t.ts, j - blk * t.bs);
+}
+
+// The reference's reduction of eight partial sums and a tail.
+__device__ __forceinline__ float reduce8(const float* a, float tail) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+}
+
+// y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
+// Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),
+// so each output is bitwise the reference's dot. A warp covers 4 weight rows; each weight
+// element is decoded once per tile of TILE activation rows.
+template <int TILE>
+__device__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
+                            float* __restrict__ y, int n, int k, int m, QType t) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int l = lane & 7, sel = lane >> 3;
+    int r = (blockIdx.x * (blockDim.x >> 5) + warp) * 4 + sel;
+    bool live = r < m;
+    size_t row_bytes = (size_t)(k / t.bs) * t.ts;
+    const u8* wrow = W + (size_t)(live ? r : 0) * row_bytes;
+    int chunks = k >> 3;
+    for (int t0 = blockIdx.y * TILE; t0 < n; t0 += gridDim.y * TILE) {
+        float acc[TILE];
+#pragma unroll
+        for (int i = 0; i < TILE; i++) acc[i] = 0.f;
+        for (int c = 0; c < chunks; c++) {
+            int j = 8 * c + l;
+            float w = live ? deq_at(t, wrow, j) : 0.f;
+#pragma unroll
+            for (int i = 0; i < TILE; i++) {
+                int xi = min(t0 + i, n - 1);
+                acc[i] += x[(size_t)xi * k + j] * w;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TILE; i++) {
+            float p[8];
+#pragma unroll
+            for (int s = 0; s < 8; s++) p[s] = __shfl_sync(0xffffffffu, acc[i], (sel << 3) + s);
+            if (l == 0 && live && t0 + i < n) {
+                int xi = t0 + i;
+                float tail = 0.f;
+                for (int j = chunks * 8; j < k; j++) tail += x[(size_t)xi * k + j] * deq_at(t, wrow, j);
+                y[(size_t)xi * m + r] = reduce8(p, tail);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void matmul_t1(const u8* W, const float* x, float* y, int n, int k, int m,
+                                     int ty, int bs, int ts) {
+    matmul_body<1>(W, x, y, n, k, m, QType{ty, bs, ts});
+}
+extern "C" __global__ void matmul_t8(const u8* W, const float* x, float* y, int n, int k, int m,
+                                     int ty, int bs, int ts) {
+    matmul_body<8>(W, x, y, n, k, m, QType{ty, bs, ts});
+}
+
+// Rows `ids` of a quantized table [vocab, cols], dequantized.
+extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* out, int cols,
+                                      int ty, int bs, int ts) {
+    QType t{ty, bs, ts};
+    size_t row_bytes = (size_t)(cols / bs) * ts;
+    const u8* row = table + (size_t)ids[blockIdx.x] * row_bytes;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        out[(size_t)blockIdx.x * cols + j] = deq_at(t, row, j);
+}
+
+extern "C" __global__ void add_bias(const float* x, const float* bias, float* out, int rows,
+                                    int cols) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < (size_t)rows * cols) out[i] = x[i] + bias[i % cols];
+}
+
+extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void scale(const float* x, float s, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * s;
+}
+
+// act: 0 = SiLU, 1 = GELU (tanh); in f64 like the reference. `c` = sqrt(2/pi) as the host
+// computed it.
+extern "C" __global__ void act_mul(const float* g, const float* u, float* out, int n, int act,
+                                   double c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double x = (double)g[i];
+    double f;
+    if (act == 0) f = x / (1.0 + exp(-x));
+    else f = 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+    out[i] = (float)(f * (double)u[i]);
+}
+
+// One block per group of `g` values: f64 sum of squares, scale, times the weight.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int g, float eps) {
+    __shared__ double part[256];
+    const float* xr = x + (size_t)blockIdx.x * g;
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < g; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    double scale = 1.0 / sqrt(part[0] / (double)g + (double)eps);
+    for (int j = threadIdx.x; j < g; j += blockDim.x)
+        out[(size_t)blockIdx.x * g + j] = (float)((double)xr[j] * scale) * w[j];
+}
+
+// In place on `x` (already a copy of the input): rotates pair i of every head of row r with
+// the host's (cos, sin) of position r, index i. style 0 = adjacent pairs, 1 = halves.
+extern "C" __global__ void rope(float* x, const double* cs, int rows, int cols, int head_dim,
+                                int half, int style) {
+    int heads = cols / head_dim;
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)rows * heads * half) return;
+    int i = idx % half;
+    int h = (idx / half) % heads;
+    int r = idx / ((size_t)half * heads);
+    double c = cs[((size_t)r * half + i) * 2], s = cs[((size_t)r * half + i) * 2 + 1];
+    float* head = x + (size_t)r * cols + (size_t)h * head_dim;
+    int a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
+    double x0 = head[a], x1 = head[b];
+    head[a] = (float)(x0 * c - x1 * s);
+    head[b] = (float)(x0 * s + x1 * c);
+}
+
+extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) {
+    const float* src = x + (size_t)rows[blockIdx.x] * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(size_t)blockIdx.x * cols + j] = src[j];
+}
+
+// Row i of k/v to slot slots[i] of the layer whose cache starts at `base` rows.
+extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc,
+                                    const u32* slots, size_t base, int kv_dim) {
+    size_t dst = (base + slots[blockIdx.x]) * kv_dim;
+    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) {
+        kc[dst + j] = k[(size_t)blockIdx.x * kv_dim + j];
+        vc[dst + j] = v[(size_t)blockIdx.x * kv_dim + j];
+    }
+}
+
+// Cache rows at `slots` of one layer, copied out (the k_read / v_read taps).
+extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* out, size_t base,
+                                     int kv_dim) {
+    const float* src = c + (base + slots[blockIdx.x]) * kv_dim;
+    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) out[(size_t)blockIdx.x * kv_dim + j] = src[j];
+}
+
+// Per query row: [slots offset, n_kv, position, score offset, mask offset or -1].
+#define ROW_INFO 5
+
+// One block per (query row, head). Scores (f32, as the reference's `dot * scale`, -inf where
+// masked) go to `scores`; exp(s - max) (f64) to `exps`; probabilities (f64) to `probs`; the
+// output is the f64 probability-weighted sum of V. Each stage reads the buffer the previous one
+// wrote, so the kq / kq_softmax taps copied from `scores` / `probs` are the consumed values.
+extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
+                                     const u32* slots, const int* info, const u8* mask,
+                                     float* scores, double* exps, double* probs, float* out,
+                                     size_t base, int n_heads, int n_kv_heads, int head_dim,
+                                     float scale, int window) {
+    int row = blockIdx.x, h = blockIdx.y;
+    const int* ri = info + row * ROW_INFO;
+    int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
+    size_t off = (size_t)ri[3] + (size_t)h * n_kv;
+    int group = n_heads / n_kv_heads, kh = h / group;
+    int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+    const float* qh = q + (size_t)row * q_dim + (size_t)h * head_dim;
+    __shared__ float red[256];
+    __shared__ double sum_sh;
+
+    float mx = __int_as_float(0xff800000);
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        bool vis = j <= pos && (window <= 0 || pos - j < window) && (moff < 0 || mask[moff + j]);
+        float s = __int_as_float(0xff800000);
+        if (vis) {
+            const float* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            int ch = head_dim >> 3;
+            for (int c = 0; c < ch; c++)
+#pragma unroll
+                for (int t = 0; t < 8; t++) a[t] += qh[8 * c + t] * kr[8 * c + t];
+            float tail = 0.f;
+            for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kr[d];
+            s = reduce8(a, tail) * scale;
+        }
+        scores[off + j] = s;
+        mx = fmaxf(mx, s);
+    }
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float maxv = red[0];
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        float s = scores[off + j];
+        exps[off + j] = s == __int_as_float(0xff800000) ? 0.0 : exp((double)s - (double)maxv);
+    }
+    __syncthreads();
+    // The reference sums in key order; one thread does the same.
+    if (threadIdx.x == 0) {
+        double sum = 0.0;
+        for (int j = 0; j < n_kv; j++) sum += exps[off + j];
+        sum_sh = sum;
+    }
+    __syncthreads();
+    double sum = sum_sh;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) probs[off + j] = exps[off + j] / sum;
+    __syncthreads();
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        double acc = 0.0;
+        for (int j = 0; j < n_kv; j++) {
+            if (exps[off + j] == 0.0) continue;
+            const float* vr = vc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            acc += probs[off + j] * (double)vr[d];
+        }
+        out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc;
+    }
+}

@@ -1,0 +1,874 @@
+//! The CUDA backend: the same model graph on an NVIDIA GPU.
+//!
+//! Weights are uploaded once in their GGUF quant formats and decoded inside the kernels
+//! (`kernels.cu`), which NVRTC compiles at run time to a CUBIN for the device's architecture;
+//! the CUBIN is cached on disk (`compile.rs`). The CUDA libraries are opened at run time, so
+//! this crate builds everywhere, and without a driver [`CudaBackend::new`] returns a clear
+//! error instead of failing to link.
+//!
+//! Numerics follow the reference backend: every dot product keeps the reference's eight
+//! interleaved f32 partial sums and its reduction tree, element by element, and the kernels are
+//! compiled without FMA contraction; norms, activations, softmax and the attention sum run in
+//! f64 as the reference's do. Only the f64 `exp`/`tanh` of the device library may differ from
+//! the host's by an ulp before the final rounding to f32.
+//!
+//! Taps: the attention kernel writes its scores and probabilities to device buffers and reads
+//! them back for the next stage, so `kq` and `kq_softmax` are copies of the values consumed
+//! (nothing is hidden). `k_read`/`v_read` are copies of the cache rows the kernel read. Copies
+//! are made only when an observer asks for the tap.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
+};
+use lockstep_graph::{
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
+    RopeStyle, Taps, WeightView,
+};
+
+pub mod compile;
+pub mod plan;
+
+use plan::{AttnPlan, QuantDesc};
+
+/// The kernel source, compiled by NVRTC at run time.
+pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// An activation on the device: `[rows, cols]` f32, row-major.
+pub struct CudaTensor {
+    buf: CudaSlice<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl CudaTensor {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A weight on the device in its GGUF encoding; vectors (norm weights, biases) also as f32.
+pub struct CudaWeight {
+    desc: QuantDesc,
+    rows: usize,
+    cols: usize,
+    data: CudaSlice<u8>,
+    vector: Option<CudaSlice<f32>>,
+}
+
+/// The paged KV cache in device memory: `[layer][slot][kv_dim]` f32 for K and for V, the same
+/// slot arithmetic as every backend (the engine computes slots).
+pub struct CudaKvCache {
+    layout: KvLayout,
+    k: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+}
+
+struct Kernels {
+    matmul_t1: CudaFunction,
+    matmul_t8: CudaFunction,
+    embed_rows: CudaFunction,
+    add_bias: CudaFunction,
+    add: CudaFunction,
+    scale: CudaFunction,
+    act_mul: CudaFunction,
+    rms_norm: CudaFunction,
+    rope: CudaFunction,
+    gather_rows: CudaFunction,
+    kv_store: CudaFunction,
+    kv_gather: CudaFunction,
+    attention: CudaFunction,
+}
+
+/// Device copies of host tables, reused while the host table is unchanged (every layer of a
+/// step uses the same positions, slots and masks).
+#[derive(Default)]
+struct Uploads {
+    rope: Option<(Vec<u32>, usize, u32, CudaSlice<f64>)>,
+    slots: Option<(Vec<u32>, CudaSlice<u32>)>,
+    attn: Option<(AttnPlan, AttnDev)>,
+}
+
+struct AttnDev {
+    info: CudaSlice<i32>,
+    slots: CudaSlice<u32>,
+    mask: CudaSlice<u8>,
+}
+
+/// Attention's score buffers, grown on demand.
+struct Scores {
+    scores: CudaSlice<f32>,
+    exps: CudaSlice<f64>,
+    probs: CudaSlice<f64>,
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    device: String,
+    /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
+    pub kernel_origin: &'static str,
+    uploads: RefCell<Uploads>,
+    scores: RefCell<Option<Scores>>,
+}
+
+fn unavailable(why: impl Into<String>) -> BackendError {
+    BackendError::Unavailable {
+        backend: "cuda".into(),
+        why: why.into(),
+    }
+}
+
+/// A device failure inside an op whose signature has no error path (the `Backend` trait's
+/// tensor ops). These are not consequences of input (shapes and indices are checked on the
+/// host first) but of the device: out of memory, a lost context.
+#[track_caller]
+fn device_failure(op: &str, e: impl std::fmt::Display) -> ! {
+    panic!("cuda backend: {op} failed on the device: {e}")
+}
+
+impl CudaBackend {
+    /// Opens GPU 0, compiles (or loads from the cache) the kernels. Without a CUDA driver, NVRTC
+    /// or a GPU, a clear [`BackendError::Unavailable`].
+    pub fn new() -> Result<CudaBackend, BackendError> {
+        // SAFETY: only tries to open the shared libraries by name.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(unavailable(
+                "no CUDA driver: libcuda.so could not be loaded (an NVIDIA GPU and its driver are needed)",
+            ));
+        }
+        // SAFETY: as above.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(unavailable(
+                "NVRTC (libnvrtc.so) could not be loaded; it compiles the kernels at run time",
+            ));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| unavailable(format!("no usable GPU: {e}")))?;
+        // SAFETY: one stream is used for everything, so the cross-stream event bookkeeping this
+        // turns off is never needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| unavailable(format!("creating a stream: {e}")))?;
+        let device = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let (maj, min) = ctx
+            .compute_capability()
+            .map_err(|e| unavailable(format!("compute capability: {e}")))?;
+        let arch = compile::arch_name(maj, min);
+        let nv = compile::nvrtc_version().map_err(unavailable)?;
+        let key = compile::cache_key(KERNEL_SOURCE, compile::NVRTC_OPTIONS, &arch, nv);
+        let dir = compile::cache_dir();
+        let (cubin, kernel_origin) =
+            match dir.as_deref().and_then(|d| compile::load_cached(d, &key)) {
+                Some(c) => (c, "cache"),
+                None => {
+                    let c = compile::nvrtc_cubin(KERNEL_SOURCE, &arch, compile::NVRTC_OPTIONS)
+                        .map_err(unavailable)?;
+                    if let Some(d) = &dir {
+                        compile::store_cached(d, &key, &c);
+                    }
+                    (c, "nvrtc")
+                }
+            };
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(|e| unavailable(format!("loading the kernels for {arch}: {e}")))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| unavailable(format!("kernel {name}: {e}")))
+        };
+        let k = Kernels {
+            matmul_t1: f("matmul_t1")?,
+            matmul_t8: f("matmul_t8")?,
+            embed_rows: f("embed_rows")?,
+            add_bias: f("add_bias")?,
+            add: f("add")?,
+            scale: f("scale")?,
+            act_mul: f("act_mul")?,
+            rms_norm: f("rms_norm")?,
+            rope: f("rope")?,
+            gather_rows: f("gather_rows")?,
+            kv_store: f("kv_store")?,
+            kv_gather: f("kv_gather")?,
+            attention: f("attention")?,
+        };
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            k,
+            device,
+            kernel_origin,
+            uploads: RefCell::default(),
+            scores: RefCell::new(None),
+        })
+    }
+
+    /// The GPU's name, as the driver reports it.
+    pub fn device_name(&self) -> &str {
+        &self.device
+    }
+
+    /// Device memory in use on the GPU (all processes), bytes: total minus free.
+    pub fn memory_used(&self) -> Option<usize> {
+        self.ctx
+            .mem_get_info()
+            .ok()
+            .map(|(free, total)| total - free)
+    }
+
+    /// Waits for every queued kernel (for timing).
+    pub fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| BackendError::Other(format!("cuda: {e}")))
+    }
+
+    fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, op: &str, n: usize) -> CudaSlice<T> {
+        // Zeroed, so a kernel bug that skips an element shows as 0, never as stale data.
+        self.stream
+            .alloc_zeros::<T>(n.max(1))
+            .unwrap_or_else(|e| device_failure(op, e))
+    }
+
+    fn upload<T: DeviceRepr>(&self, op: &str, v: &[T]) -> Result<CudaSlice<T>, BackendError> {
+        if v.is_empty() {
+            // SAFETY: a one-element allocation nobody reads (kernels index by the lengths passed).
+            return unsafe { self.stream.alloc::<T>(1) }
+                .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")));
+        }
+        self.stream
+            .clone_htod(v)
+            .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")))
+    }
+
+    fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
+        CudaTensor { buf, rows, cols }
+    }
+
+    fn elementwise(&self, op: &str, n: usize) -> LaunchConfig {
+        let _ = op;
+        LaunchConfig {
+            grid_dim: (plan::blocks_for(n, 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn vector<'w>(&self, w: &'w CudaWeight, op: &str) -> &'w CudaSlice<f32> {
+        match &w.vector {
+            Some(v) => v,
+            // The model graph passes vectors here; a matrix is a programming error.
+            None => panic!(
+                "cuda {op}: weight of {} x {} is not a vector",
+                w.rows, w.cols
+            ),
+        }
+    }
+
+    fn slots_on_device(&self, slots: &[u32]) -> Result<(), BackendError> {
+        let mut up = self.uploads.borrow_mut();
+        if up.slots.as_ref().is_some_and(|(s, _)| s == slots) {
+            return Ok(());
+        }
+        let d = self.upload("kv_store slots", slots)?;
+        up.slots = Some((slots.to_vec(), d));
+        Ok(())
+    }
+
+    fn attn_on_device(&self, p: AttnPlan) -> Result<(), BackendError> {
+        let mut up = self.uploads.borrow_mut();
+        if up.attn.as_ref().is_some_and(|(q, _)| *q == p) {
+            return Ok(());
+        }
+        let dev = AttnDev {
+            info: self.upload("attention rows", &p.info)?,
+            slots: self.upload("attention slots", &p.slots)?,
+            mask: self.upload("attention mask", &p.mask)?,
+        };
+        up.attn = Some((p, dev));
+        Ok(())
+    }
+
+    fn ensure_scores(&self, n: usize) {
+        let mut s = self.scores.borrow_mut();
+        if s.as_ref().is_some_and(|s| s.scores.len() >= n) {
+            return;
+        }
+        let n = n.max(1).next_power_of_two();
+        *s = Some(Scores {
+            scores: self.alloc("attention scores", n),
+            exps: self.alloc("attention scores", n),
+            probs: self.alloc("attention scores", n),
+        });
+    }
+
+    fn host_f32(&self, what: &str, buf: &CudaSlice<f32>, n: usize) -> Vec<f32> {
+        let mut v = self
+            .stream
+            .clone_dtoh(buf)
+            .unwrap_or_else(|e| device_failure(what, e));
+        v.truncate(n);
+        v
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type KvCache = CudaKvCache;
+
+    fn name(&self) -> &str {
+        "cuda"
+    }
+
+    fn load_weight(&self, w: WeightView<'_>) -> Result<CudaWeight, BackendError> {
+        let bad = |why: String| BackendError::Weight {
+            name: w.name.to_string(),
+            why,
+        };
+        let desc = plan::quant_desc(w.ty).ok_or_else(|| {
+            bad(format!(
+                "type {} is not supported by the cuda backend",
+                w.ty
+            ))
+        })?;
+        let n: u64 = w.dims.iter().product();
+        let cols = w.dims.first().copied().unwrap_or(1) as usize;
+        if cols == 0 || !cols.is_multiple_of(desc.block as usize) {
+            return Err(bad(format!(
+                "rows of {cols} values are not whole {} blocks of {}",
+                w.ty, desc.block
+            )));
+        }
+        if i32::try_from(cols).is_err() {
+            return Err(bad(format!("rows of {cols} values are too long")));
+        }
+        let rows = (n as usize) / cols;
+        let expected = rows * (cols / desc.block as usize) * desc.bytes as usize;
+        if w.data.len() != expected {
+            return Err(bad(format!(
+                "{} bytes for {rows} x {cols} {} (expected {expected})",
+                w.data.len(),
+                w.ty
+            )));
+        }
+        let data = self.upload(w.name, w.data)?;
+        let vector = if rows == 1 {
+            let v =
+                lockstep_quant::dequantize(w.ty, w.data, cols).map_err(|e| bad(e.to_string()))?;
+            Some(self.upload(w.name, &v)?)
+        } else {
+            None
+        };
+        Ok(CudaWeight {
+            desc,
+            rows,
+            cols,
+            data,
+            vector,
+        })
+    }
+
+    fn alloc_kv(&self, layout: KvLayout) -> Result<CudaKvCache, BackendError> {
+        let n = layout
+            .n_layers
+            .checked_mul(layout.n_slots())
+            .and_then(|n| n.checked_mul(layout.kv_dim))
+            .ok_or_else(|| BackendError::Kv(format!("layout {layout:?} overflows")))?;
+        let alloc = |what: &str| {
+            self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| {
+                BackendError::Kv(format!("allocating {what} ({n} floats) on the GPU: {e}"))
+            })
+        };
+        Ok(CudaKvCache {
+            layout,
+            k: alloc("K")?,
+            v: alloc("V")?,
+        })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> HostTensor {
+        let v = self.host_f32("to_host", &t.buf, t.rows * t.cols);
+        HostTensor::matrix(t.rows, t.cols, v)
+    }
+
+    fn embed(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor, BackendError> {
+        for (row, &id) in ids.iter().enumerate() {
+            if id as usize >= table.rows {
+                return Err(BackendError::TokenOutOfRange {
+                    id,
+                    row,
+                    vocab: table.rows,
+                });
+            }
+        }
+        let d_ids = self.upload("embed ids", ids)?;
+        let mut out = self.alloc::<f32>("embed", ids.len() * table.cols);
+        if !ids.is_empty() {
+            let cols = table.cols as i32;
+            let d = table.desc;
+            let mut b = self.stream.launch_builder(&self.k.embed_rows);
+            b.arg(&table.data)
+                .arg(&d_ids)
+                .arg(&mut out)
+                .arg(&cols)
+                .arg(&d.id)
+                .arg(&d.block)
+                .arg(&d.bytes);
+            let cfg = LaunchConfig {
+                grid_dim: (ids.len() as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `ids` were checked against the table's rows; `out` holds ids x cols.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| BackendError::Other(format!("cuda embed: {e}")))?;
+        }
+        Ok(self.tensor(out, ids.len(), table.cols))
+    }
+
+    fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> CudaTensor {
+        assert_eq!(
+            x.cols, w.cols,
+            "matmul: x has {} columns, weight rows have {}",
+            x.cols, w.cols
+        );
+        let (n, k, m) = (x.rows, x.cols, w.rows);
+        let mut out = self.alloc::<f32>("matmul", n * m);
+        if n > 0 && m > 0 {
+            let (gx, gy) = plan::matmul_grid(n, m);
+            let f = if n == 1 {
+                &self.k.matmul_t1
+            } else {
+                &self.k.matmul_t8
+            };
+            let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+            let d = w.desc;
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.data)
+                .arg(&x.buf)
+                .arg(&mut out)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&d.id)
+                .arg(&d.block)
+                .arg(&d.bytes);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::MATMUL_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: x is n x k, the weight m rows of k encoded values, out n x m (checked).
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
+        }
+        self.tensor(out, n, m)
+    }
+
+    fn add_bias(&self, x: &CudaTensor, bias: &CudaWeight) -> CudaTensor {
+        assert_eq!(x.cols, bias.cols, "bias length");
+        let v = self.vector(bias, "add_bias");
+        let n = x.rows * x.cols;
+        let mut out = self.alloc::<f32>("add_bias", n);
+        let (r, c) = (x.rows as i32, x.cols as i32);
+        let mut b = self.stream.launch_builder(&self.k.add_bias);
+        b.arg(&x.buf).arg(v).arg(&mut out).arg(&r).arg(&c);
+        // SAFETY: one thread per element of x, bias of x.cols.
+        unsafe { b.launch(self.elementwise("add_bias", n)) }
+            .unwrap_or_else(|e| device_failure("add_bias", e));
+        self.tensor(out, x.rows, x.cols)
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32) -> CudaTensor {
+        let g = weight.cols;
+        assert!(
+            g > 0 && weight.rows == 1 && x.cols.is_multiple_of(g),
+            "rms_norm group {g} vs {} columns",
+            x.cols
+        );
+        let v = self.vector(weight, "rms_norm");
+        let groups = x.rows * x.cols / g;
+        let mut out = self.alloc::<f32>("rms_norm", x.rows * x.cols);
+        if groups > 0 {
+            let gi = g as i32;
+            let mut b = self.stream.launch_builder(&self.k.rms_norm);
+            b.arg(&x.buf).arg(v).arg(&mut out).arg(&gi).arg(&eps);
+            let cfg = LaunchConfig {
+                grid_dim: (groups as u32, 1, 1),
+                // The kernel's reduction assumes a power of two <= 256.
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: one block per group of g values; weight has g values.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("rms_norm", e));
+        }
+        self.tensor(out, x.rows, x.cols)
+    }
+
+    fn add(&self, a: &CudaTensor, b: &CudaTensor) -> CudaTensor {
+        assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
+        let n = a.rows * a.cols;
+        let mut out = self.alloc::<f32>("add", n);
+        let ni = n as i32;
+        let mut l = self.stream.launch_builder(&self.k.add);
+        l.arg(&a.buf).arg(&b.buf).arg(&mut out).arg(&ni);
+        // SAFETY: three buffers of n floats.
+        unsafe { l.launch(self.elementwise("add", n)) }
+            .unwrap_or_else(|e| device_failure("add", e));
+        self.tensor(out, a.rows, a.cols)
+    }
+
+    fn scale(&self, x: &CudaTensor, s: f32) -> CudaTensor {
+        let n = x.rows * x.cols;
+        let mut out = self.alloc::<f32>("scale", n);
+        let ni = n as i32;
+        let mut l = self.stream.launch_builder(&self.k.scale);
+        l.arg(&x.buf).arg(&s).arg(&mut out).arg(&ni);
+        // SAFETY: two buffers of n floats.
+        unsafe { l.launch(self.elementwise("scale", n)) }
+            .unwrap_or_else(|e| device_failure("scale", e));
+        self.tensor(out, x.rows, x.cols)
+    }
+
+    fn act_mul(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> CudaTensor {
+        assert!(
+            gate.rows == up.rows && gate.cols == up.cols,
+            "act_mul: shapes differ"
+        );
+        let n = gate.rows * gate.cols;
+        let mut out = self.alloc::<f32>("act_mul", n);
+        let ni = n as i32;
+        let a: i32 = match act {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        };
+        // The reference's constant, computed by the same host expression.
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let mut l = self.stream.launch_builder(&self.k.act_mul);
+        l.arg(&gate.buf)
+            .arg(&up.buf)
+            .arg(&mut out)
+            .arg(&ni)
+            .arg(&a)
+            .arg(&c);
+        // SAFETY: three buffers of n floats.
+        unsafe { l.launch(self.elementwise("act_mul", n)) }
+            .unwrap_or_else(|e| device_failure("act_mul", e));
+        self.tensor(out, gate.rows, gate.cols)
+    }
+
+    fn rope(&self, x: &CudaTensor, positions: &[u32], p: RopeParams) -> CudaTensor {
+        assert_eq!(x.rows, positions.len(), "rope: one position per row");
+        assert!(
+            p.head_dim > 0 && x.cols.is_multiple_of(p.head_dim) && p.n_rot <= p.head_dim,
+            "rope: columns are whole heads"
+        );
+        let n = x.rows * x.cols;
+        let mut out = self.alloc::<f32>("rope", n);
+        self.stream
+            .memcpy_dtod(&x.buf, &mut out)
+            .unwrap_or_else(|e| device_failure("rope", e));
+        let half = p.n_rot / 2;
+        let work = x.rows * (x.cols / p.head_dim) * half;
+        if work == 0 {
+            return self.tensor(out, x.rows, x.cols);
+        }
+        let mut up = self.uploads.borrow_mut();
+        let fresh = !up.rope.as_ref().is_some_and(|(pos, nr, base, _)| {
+            pos == positions && *nr == p.n_rot && *base == p.base.to_bits()
+        });
+        if fresh {
+            let table = plan::rope_table(positions, p.n_rot, p.base);
+            let d = self
+                .upload("rope table", &table)
+                .unwrap_or_else(|e| device_failure("rope", e));
+            up.rope = Some((positions.to_vec(), p.n_rot, p.base.to_bits(), d));
+        }
+        let Some((_, _, _, table)) = &up.rope else {
+            unreachable!("set above")
+        };
+        let (r, c, hd, h) = (x.rows as i32, x.cols as i32, p.head_dim as i32, half as i32);
+        let style: i32 = match p.style {
+            RopeStyle::Norm => 0,
+            RopeStyle::Neox => 1,
+        };
+        let mut l = self.stream.launch_builder(&self.k.rope);
+        l.arg(&mut out)
+            .arg(table)
+            .arg(&r)
+            .arg(&c)
+            .arg(&hd)
+            .arg(&h)
+            .arg(&style);
+        // SAFETY: one thread per (row, head, pair); the table has rows x half pairs.
+        unsafe { l.launch(self.elementwise("rope", work)) }
+            .unwrap_or_else(|e| device_failure("rope", e));
+        drop(up);
+        self.tensor(out, x.rows, x.cols)
+    }
+
+    fn select_rows(&self, x: &CudaTensor, rows: &[usize]) -> CudaTensor {
+        let idx: Vec<u32> = rows
+            .iter()
+            .map(|&r| {
+                assert!(r < x.rows, "select_rows: row {r} of {}", x.rows);
+                r as u32
+            })
+            .collect();
+        let mut out = self.alloc::<f32>("select_rows", rows.len() * x.cols);
+        if !rows.is_empty() {
+            let d = self
+                .upload("select_rows", &idx)
+                .unwrap_or_else(|e| device_failure("select_rows", e));
+            let c = x.cols as i32;
+            let mut l = self.stream.launch_builder(&self.k.gather_rows);
+            l.arg(&x.buf).arg(&d).arg(&mut out).arg(&c);
+            let cfg = LaunchConfig {
+                grid_dim: (rows.len() as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: every index was checked < x.rows.
+            unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("select_rows", e));
+        }
+        self.tensor(out, rows.len(), x.cols)
+    }
+
+    fn kv_store(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let l = cache.layout;
+        let d = l.kv_dim;
+        if k.cols != d || v.cols != d || k.rows != batch.slots.len() || v.rows != k.rows {
+            return Err(BackendError::Kv(format!(
+                "kv_store: K [{}, {}] / V [{}, {}] for {} slots of width {d}",
+                k.rows,
+                k.cols,
+                v.rows,
+                v.cols,
+                batch.slots.len()
+            )));
+        }
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= l.n_slots()) {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} slot {s} outside the cache ({} layers x {} slots)",
+                l.n_layers,
+                l.n_slots()
+            )));
+        }
+        if batch.slots.is_empty() {
+            return Ok(());
+        }
+        self.slots_on_device(&batch.slots)?;
+        let up = self.uploads.borrow();
+        let Some((_, slots)) = &up.slots else {
+            unreachable!("uploaded above")
+        };
+        let base = layer * l.n_slots();
+        let di = d as i32;
+        let mut b = self.stream.launch_builder(&self.k.kv_store);
+        b.arg(&k.buf)
+            .arg(&v.buf)
+            .arg(&mut cache.k)
+            .arg(&mut cache.v)
+            .arg(slots)
+            .arg(&base)
+            .arg(&di);
+        let cfg = LaunchConfig {
+            grid_dim: (batch.slots.len() as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: layer and every slot were checked against the layout.
+        unsafe { b.launch(cfg) }.map_err(|e| BackendError::Kv(format!("cuda kv_store: {e}")))?;
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        cache: &CudaKvCache,
+        layer: usize,
+        q: &CudaTensor,
+        batch: &Batch,
+        p: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<CudaTensor, BackendError> {
+        let hd = p.head_dim;
+        let q_dim = p.n_heads * hd;
+        let kv_dim = p.n_kv_heads * hd;
+        let l = cache.layout;
+        if q.cols != q_dim
+            || kv_dim != l.kv_dim
+            || p.n_kv_heads == 0
+            || !p.n_heads.is_multiple_of(p.n_kv_heads)
+        {
+            return Err(BackendError::Kv(format!(
+                "attention: q has {} columns for {} heads of {hd} ({} KV heads); cache rows are {} wide",
+                q.cols, p.n_heads, p.n_kv_heads, l.kv_dim
+            )));
+        }
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        let plan = plan::attention_plan(batch, q.rows, p.n_heads, l.n_slots())?;
+        let (n_scores, n_keys) = (plan.n_scores, plan.n_keys);
+        self.attn_on_device(plan)?;
+        self.ensure_scores(n_scores);
+        let mut out = self.alloc::<f32>("attention", q.rows * q_dim);
+        let base = layer * l.n_slots();
+        let up = self.uploads.borrow();
+        let Some((_, dev)) = &up.attn else {
+            unreachable!("uploaded above")
+        };
+        let mut sc = self.scores.borrow_mut();
+        let Some(s) = sc.as_mut() else {
+            unreachable!("allocated above")
+        };
+        if q.rows > 0 {
+            let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
+            let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+            let mut b = self.stream.launch_builder(&self.k.attention);
+            b.arg(&q.buf)
+                .arg(&cache.k)
+                .arg(&cache.v)
+                .arg(&dev.slots)
+                .arg(&dev.info)
+                .arg(&dev.mask)
+                .arg(&mut s.scores)
+                .arg(&mut s.exps)
+                .arg(&mut s.probs)
+                .arg(&mut out)
+                .arg(&base)
+                .arg(&nh)
+                .arg(&nkh)
+                .arg(&hdi)
+                .arg(&p.scale)
+                .arg(&window);
+            let cfg = LaunchConfig {
+                grid_dim: (q.rows as u32, p.n_heads as u32, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the plan checked every slot against the cache, every row's sequence and
+            // mask; the score buffers hold n_scores values.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
+        }
+        if taps.active() {
+            let gather = |c: &CudaSlice<f32>| -> HostTensor {
+                let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
+                if n_keys > 0 {
+                    let di = kv_dim as i32;
+                    let mut b = self.stream.launch_builder(&self.k.kv_gather);
+                    b.arg(c).arg(&dev.slots).arg(&mut o).arg(&base).arg(&di);
+                    let cfg = LaunchConfig {
+                        grid_dim: (n_keys as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: the slots were checked by the plan; o holds n_keys rows.
+                    unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("k_read tap", e));
+                }
+                HostTensor::matrix(
+                    n_keys,
+                    kv_dim,
+                    self.host_f32("k_read tap", &o, n_keys * kv_dim),
+                )
+            };
+            taps.emit_layer(layer, "k_read", || gather(&cache.k));
+            taps.emit_layer(layer, "v_read", || gather(&cache.v));
+            taps.emit_layer(layer, "kq", || {
+                HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
+            });
+            taps.emit_layer(layer, "kq_softmax", || {
+                let mut v = self
+                    .stream
+                    .clone_dtoh(&s.probs)
+                    .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
+                v.truncate(n_scores);
+                HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
+            });
+        }
+        drop(sc);
+        drop(up);
+        Ok(self.tensor(out, q.rows, q_dim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_new_fails_with_a_clear_message() {
+        // SAFETY: only probes for the library.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            // A machine with a driver: the GPU path is checked on the device instead.
+            return;
+        }
+        let e = match CudaBackend::new() {
+            Ok(_) => panic!("a backend without a driver"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("cuda backend") && e.contains("libcuda"), "{e}");
+    }
+
+    #[test]
+    fn kernel_source_declares_every_kernel_the_host_loads() {
+        for name in [
+            "matmul_t1",
+            "matmul_t8",
+            "embed_rows",
+            "add_bias",
+            "add",
+            "scale",
+            "act_mul",
+            "rms_norm",
+            "rope",
+            "gather_rows",
+            "kv_store",
+            "kv_gather",
+            "attention",
+        ] {
+            let decl = format!("__global__ void {name}(");
+            assert!(KERNEL_SOURCE.contains(&decl), "{name}");
+        }
+        // Every supported type has a case in the device decoder.
+        for &ty in plan::SUPPORTED {
+            let id = ty.id();
+            let line = KERNEL_SOURCE
+                .lines()
+                .find(|l| l.starts_with("#define T_") && l.ends_with(&format!(" {id}")));
+            assert!(line.is_some(), "{ty}: no type id {id} in kernels.cu");
+            let macro_name = line.unwrap().split_whitespace().nth(1).unwrap();
+            assert!(
+                KERNEL_SOURCE.contains(&format!("case {macro_name}:")),
+                "{ty}: no decoder case"
+            );
+        }
+        // Row-info width agrees between host and kernel.
+        assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
+    }
+}
