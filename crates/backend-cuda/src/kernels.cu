@@ -163,6 +163,26 @@ __device__ __forceinline__ float deq_at(QType t, const u8* row, int j) {
     return deq(t.ty, row + (size_t)blk * t.ts, j - blk * t.bs);
 }
 
+// Elements and bytes per block of each type (folded to constants in the per-type kernels).
+__device__ __forceinline__ constexpr int block_elems(int ty) {
+    return ty == T_F32 || ty == T_F16 || ty == T_BF16 ? 1
+         : (ty == T_Q2_K || ty == T_Q3_K || ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K || ty == T_IQ4_XS) ? 256
+         : 32;
+}
+__device__ __forceinline__ constexpr int block_bytes(int ty) {
+    return ty == T_F32 ? 4 : ty == T_F16 || ty == T_BF16 ? 2 : ty == T_Q4_0 ? 18 : ty == T_Q4_1 ? 20
+         : ty == T_Q5_0 ? 22 : ty == T_Q5_1 ? 24 : ty == T_Q8_0 ? 34 : ty == T_Q2_K ? 84
+         : ty == T_Q3_K ? 110 : ty == T_Q4_K ? 144 : ty == T_Q5_K ? 176 : ty == T_Q6_K ? 210
+         : ty == T_IQ4_NL ? 18 : 136;
+}
+
+template <int TY>
+__device__ __forceinline__ float deq_t(const u8* row, int j) {
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    int blk = j / BS;
+    return deq(TY, row + (size_t)blk * TS, j - blk * BS);
+}
+
 // The reference's reduction of eight partial sums and a tail.
 __device__ __forceinline__ float reduce8(const float* a, float tail) {
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
@@ -171,28 +191,43 @@ __device__ __forceinline__ float reduce8(const float* a, float tail) {
 // y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
 // Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),
 // so each output is bitwise the reference's dot. A warp covers 4 weight rows; each weight
-// element is decoded once per tile of TILE activation rows.
-template <int TILE>
-__device__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
-                            float* __restrict__ y, int n, int k, int m, QType t) {
+// element is decoded once per tile of TILE activation rows. UNROLL chunks are decoded (their
+// loads in flight together) before they are added, still in chunk order.
+template <int TY, int TILE, int UNROLL>
+__device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int k, int m) {
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int l = lane & 7, sel = lane >> 3;
     int r = (blockIdx.x * (blockDim.x >> 5) + warp) * 4 + sel;
     bool live = r < m;
-    size_t row_bytes = (size_t)(k / t.bs) * t.ts;
+    size_t row_bytes = (size_t)(k / BS) * TS;
     const u8* wrow = W + (size_t)(live ? r : 0) * row_bytes;
     int chunks = k >> 3;
     for (int t0 = blockIdx.y * TILE; t0 < n; t0 += gridDim.y * TILE) {
         float acc[TILE];
 #pragma unroll
         for (int i = 0; i < TILE; i++) acc[i] = 0.f;
-        for (int c = 0; c < chunks; c++) {
-            int j = 8 * c + l;
-            float w = live ? deq_at(t, wrow, j) : 0.f;
+        int c = 0;
+        for (; c + UNROLL <= chunks; c += UNROLL) {
+            float w[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) w[u] = live ? deq_t<TY>(wrow, 8 * (c + u) + l) : 0.f;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+#pragma unroll
+                for (int i = 0; i < TILE; i++) {
+                    int xi = min(t0 + i, n - 1);
+                    acc[i] += x[(size_t)xi * k + 8 * (c + u) + l] * w[u];
+                }
+            }
+        }
+        for (; c < chunks; c++) {
+            float w = live ? deq_t<TY>(wrow, 8 * c + l) : 0.f;
 #pragma unroll
             for (int i = 0; i < TILE; i++) {
                 int xi = min(t0 + i, n - 1);
-                acc[i] += x[(size_t)xi * k + j] * w;
+                acc[i] += x[(size_t)xi * k + 8 * c + l] * w;
             }
         }
 #pragma unroll
@@ -203,21 +238,39 @@ __device__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ 
             if (l == 0 && live && t0 + i < n) {
                 int xi = t0 + i;
                 float tail = 0.f;
-                for (int j = chunks * 8; j < k; j++) tail += x[(size_t)xi * k + j] * deq_at(t, wrow, j);
+                for (int j = chunks * 8; j < k; j++) tail += x[(size_t)xi * k + j] * deq_t<TY>(wrow, j);
                 y[(size_t)xi * m + r] = reduce8(p, tail);
             }
         }
     }
 }
 
-extern "C" __global__ void matmul_t1(const u8* W, const float* x, float* y, int n, int k, int m,
-                                     int ty, int bs, int ts) {
-    matmul_body<1>(W, x, y, n, k, m, QType{ty, bs, ts});
-}
-extern "C" __global__ void matmul_t8(const u8* W, const float* x, float* y, int n, int k, int m,
-                                     int ty, int bs, int ts) {
-    matmul_body<8>(W, x, y, n, k, m, QType{ty, bs, ts});
-}
+// One kernel pair per weight type: matmul_t1_<id> (one activation row, decode) and
+// matmul_t8_<id> (tiles of 8 rows, prefill).
+#define MATMUL_FOR(TY)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_body<TY, 1, 8>(W, x, y, n, k, m);                                                \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_body<TY, 8, 2>(W, x, y, n, k, m);                                                \
+    }
+MATMUL_FOR(0)
+MATMUL_FOR(1)
+MATMUL_FOR(2)
+MATMUL_FOR(3)
+MATMUL_FOR(6)
+MATMUL_FOR(7)
+MATMUL_FOR(8)
+MATMUL_FOR(10)
+MATMUL_FOR(11)
+MATMUL_FOR(12)
+MATMUL_FOR(13)
+MATMUL_FOR(14)
+MATMUL_FOR(20)
+MATMUL_FOR(23)
+MATMUL_FOR(30)
 
 // Rows `ids` of a quantized table [vocab, cols], dequantized.
 extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* out, int cols,

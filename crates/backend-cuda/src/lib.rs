@@ -71,8 +71,8 @@ pub struct CudaKvCache {
 }
 
 struct Kernels {
-    matmul_t1: CudaFunction,
-    matmul_t8: CudaFunction,
+    /// Per weight type (GGUF id): the decode (one row) and prefill (tiles of 8) matmuls.
+    matmul: Vec<(i32, CudaFunction, CudaFunction)>,
     embed_rows: CudaFunction,
     add_bias: CudaFunction,
     add: CudaFunction,
@@ -185,9 +185,17 @@ impl CudaBackend {
                 .load_function(name)
                 .map_err(|e| unavailable(format!("kernel {name}: {e}")))
         };
+        let mut matmul = Vec::new();
+        for &ty in plan::SUPPORTED {
+            let id = ty.id();
+            matmul.push((
+                id as i32,
+                f(&format!("matmul_t1_{id}"))?,
+                f(&format!("matmul_t8_{id}"))?,
+            ));
+        }
         let k = Kernels {
-            matmul_t1: f("matmul_t1")?,
-            matmul_t8: f("matmul_t8")?,
+            matmul,
             embed_rows: f("embed_rows")?,
             add_bias: f("add_bias")?,
             add: f("add")?,
@@ -231,11 +239,13 @@ impl CudaBackend {
             .map_err(|e| BackendError::Other(format!("cuda: {e}")))
     }
 
+    /// An output buffer the next kernel writes completely (every op's kernel writes every
+    /// element of its output). Left uninitialized: a zeroing memset would be one more launch
+    /// per op, and decode of small models is bound by launches.
     fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, op: &str, n: usize) -> CudaSlice<T> {
-        // Zeroed, so a kernel bug that skips an element shows as 0, never as stale data.
-        self.stream
-            .alloc_zeros::<T>(n.max(1))
-            .unwrap_or_else(|e| device_failure(op, e))
+        // SAFETY: device memory of plain numbers; every kernel writes all of its output before
+        // anything reads it (and a zero-sized op launches nothing and reads nothing).
+        unsafe { self.stream.alloc::<T>(n.max(1)) }.unwrap_or_else(|e| device_failure(op, e))
     }
 
     fn upload<T: DeviceRepr>(&self, op: &str, v: &[T]) -> Result<CudaSlice<T>, BackendError> {
@@ -445,23 +455,18 @@ impl Backend for CudaBackend {
         let mut out = self.alloc::<f32>("matmul", n * m);
         if n > 0 && m > 0 {
             let (gx, gy) = plan::matmul_grid(n, m);
-            let f = if n == 1 {
-                &self.k.matmul_t1
-            } else {
-                &self.k.matmul_t8
+            let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
+                unreachable!("load_weight admits only types with kernels")
             };
+            let f = if n == 1 { t1 } else { t8 };
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
-            let d = w.desc;
             let mut b = self.stream.launch_builder(f);
             b.arg(&w.data)
                 .arg(&x.buf)
                 .arg(&mut out)
                 .arg(&ni)
                 .arg(&ki)
-                .arg(&mi)
-                .arg(&d.id)
-                .arg(&d.block)
-                .arg(&d.bytes);
+                .arg(&mi);
             let cfg = LaunchConfig {
                 grid_dim: (gx, gy, 1),
                 block_dim: (plan::MATMUL_THREADS, 1, 1),
@@ -837,9 +842,13 @@ mod tests {
 
     #[test]
     fn kernel_source_declares_every_kernel_the_host_loads() {
+        for &ty in plan::SUPPORTED {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("MATMUL_FOR({})", ty.id())),
+                "{ty}"
+            );
+        }
         for name in [
-            "matmul_t1",
-            "matmul_t8",
             "embed_rows",
             "add_bias",
             "add",

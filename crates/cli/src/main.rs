@@ -45,6 +45,8 @@ enum Command {
     Check(cmd::check::CheckArgs),
     /// Check a model file: structure, tensors, metadata, tokenizer, a short generation.
     Doctor(cmd::doctor::DoctorArgs),
+    /// Write a GGUF with a known model's shape and metadata and random weights.
+    Synth(cmd::synth::SynthArgs),
 }
 
 /// Exits with `code` when it is not 0 (commands whose exit status carries a verdict).
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => cmd::diff::run(args).map(exit_on_verdict),
         Command::Check(args) => cmd::check::run(args).map(exit_on_verdict),
         Command::Doctor(args) => cmd::doctor::run(args).map(exit_on_verdict),
+        Command::Synth(args) => cmd::synth::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

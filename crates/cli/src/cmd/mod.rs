@@ -7,5 +7,6 @@ pub mod doctor;
 pub mod fetch;
 pub mod inspect;
 pub mod run;
+pub mod synth;
 pub mod tokenize;
 pub mod trace;
