@@ -188,46 +188,167 @@ __device__ __forceinline__ float reduce8(const float* a, float tail) {
     return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
 }
 
+// The elements 8 * cc + l (cc = 0 .. BS/8) of one block, the ones lane l of a row's eight
+// lanes sums: block scales are decoded once per block instead of once per element. Every
+// value is formed by exactly the operations of `deq` (hence bitwise equal to it).
+template <int TY>
+__device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
+    constexpr int EPL = block_elems(TY) / 8;
+    if constexpr (TY == T_Q4_K) {
+        float d = ldh(b), mn = ldh(b + 2);
+        float ds[8], ms[8];
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int sc, m;
+            scale_min_k4(s, b + 4, &sc, &m);
+            ds[s] = d * (float)sc;
+            ms[s] = mn * (float)m;
+        }
+#pragma unroll
+        for (int cc = 0; cc < 32; cc++) {
+            int j = cc >> 3, lp = 8 * (cc & 7) + l;
+            int q = lp < 32 ? (b[16 + 32 * j + lp] & 0xF) : (b[16 + 32 * j + lp - 32] >> 4);
+            int s = lp < 32 ? 2 * j : 2 * j + 1;
+            w[cc] = ds[s] * (float)q - ms[s];
+        }
+    } else if constexpr (TY == T_Q6_K) {
+        float d = ldh(b + 208);
+#pragma unroll
+        for (int cc = 0; cc < 32; cc++) {
+            int e = 8 * cc + l;
+            int n = e >> 7, k = (e >> 5) & 3, lp = e & 31;
+            const u8* ql = b + 64 * n;
+            int h = b[128 + 32 * n + lp];
+            int lo = (k & 1) ? ql[32 + lp] : ql[lp];
+            lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
+            int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
+            float dl = d * (float)(signed char)b[192 + (e >> 4)];
+            w[cc] = dl * (float)q;
+        }
+    } else if constexpr (TY == T_Q8_0) {
+        float d = ldh(b);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) w[cc] = (float)(signed char)b[2 + 8 * cc + l] * d;
+    } else if constexpr (TY == T_Q4_1) {
+        float d = ldh(b), m = ldh(b + 2);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int q = e < 16 ? (b[4 + e] & 0xF) : (b[4 + e - 16] >> 4);
+            w[cc] = (float)q * d + m;
+        }
+    } else if constexpr (TY == T_Q4_0) {
+        float d = ldh(b);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+            w[cc] = (float)(q - 8) * d;
+        }
+    } else if constexpr (TY == T_Q5_0) {
+        float d = ldh(b);
+        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
+            int q = lo | (((qh >> e) & 1) << 4);
+            w[cc] = (float)(q - 16) * d;
+        }
+    } else {
+#pragma unroll
+        for (int cc = 0; cc < EPL; cc++) w[cc] = deq(TY, b, 8 * cc + l);
+    }
+}
+
+// Bytes of each weight row staged in shared memory at a time.
+#define SEG_BYTES 2048
+#define SEG_WORDS (SEG_BYTES / 16 + 2)
+
 // y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
 // Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),
-// so each output is bitwise the reference's dot. A warp covers 4 weight rows; each weight
-// element is decoded once per tile of TILE activation rows. UNROLL chunks are decoded (their
-// loads in flight together) before they are added, still in chunk order.
+// so each output is bitwise the reference's dot. A warp covers 4 weight rows. Each row is
+// staged into shared memory a segment at a time with 16-byte loads (all in flight at once),
+// then decoded from there; each weight element is decoded once per tile of TILE activation
+// rows. The weight buffer is padded so the last aligned load never leaves it.
 template <int TY, int TILE, int UNROLL>
 __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int k, int m) {
     constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    constexpr int SEG_BLOCKS = BS == 1 ? SEG_BYTES / TS : (SEG_BYTES / TS > 0 ? SEG_BYTES / TS : 1);
+    extern __shared__ uint4 smem[];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int l = lane & 7, sel = lane >> 3;
-    int r = (blockIdx.x * (blockDim.x >> 5) + warp) * 4 + sel;
+    int rbase = (blockIdx.x * (blockDim.x >> 5) + warp) * 4;
+    int r = rbase + sel;
     bool live = r < m;
     size_t row_bytes = (size_t)(k / BS) * TS;
     const u8* wrow = W + (size_t)(live ? r : 0) * row_bytes;
+    uint4* wsm = smem + (size_t)warp * 4 * SEG_WORDS;
     int chunks = k >> 3;
+    int nblocks = k / BS;
     for (int t0 = blockIdx.y * TILE; t0 < n; t0 += gridDim.y * TILE) {
         float acc[TILE];
 #pragma unroll
         for (int i = 0; i < TILE; i++) acc[i] = 0.f;
-        int c = 0;
-        for (; c + UNROLL <= chunks; c += UNROLL) {
-            float w[UNROLL];
+        for (int sb = 0; sb < nblocks; sb += SEG_BLOCKS) {
+            int nb = min(SEG_BLOCKS, nblocks - sb);
+            __syncwarp();
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) w[u] = live ? deq_t<TY>(wrow, 8 * (c + u) + l) : 0.f;
+            for (int q = 0; q < 4; q++) {
+                if (rbase + q >= m) break;
+                size_t src = (size_t)(W + (size_t)(rbase + q) * row_bytes + (size_t)sb * TS);
+                size_t a = src & ~(size_t)15, e = (src + (size_t)nb * TS + 15) & ~(size_t)15;
+                int words = (int)((e - a) >> 4);
+                for (int i = lane; i < words; i += 32) wsm[q * SEG_WORDS + i] = __ldg((const uint4*)a + i);
+            }
+            __syncwarp();
+            const u8* seg = (const u8*)(wsm + sel * SEG_WORDS) + ((size_t)(wrow + (size_t)sb * TS) & 15);
+            int e0 = sb * BS;
+            if constexpr (BS >= 32) {
+                // Whole blocks (k is a multiple of BS, so of 8: no tail).
+                constexpr int EPL = BS / 8;
+                for (int bi = 0; bi < nb; bi++) {
+                    float w[EPL];
+                    if (live) decode_lane<TY>(seg + bi * TS, l, w);
+                    else {
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
+                        for (int cc = 0; cc < EPL; cc++) w[cc] = 0.f;
+                    }
+                    int eb = e0 + bi * BS + l;
+#pragma unroll
+                    for (int cc = 0; cc < EPL; cc++) {
+#pragma unroll
+                        for (int i = 0; i < TILE; i++) {
+                            int xi = min(t0 + i, n - 1);
+                            acc[i] += x[(size_t)xi * k + eb + 8 * cc] * w[cc];
+                        }
+                    }
+                }
+                continue;
+            }
+            int c_end = min((sb + nb) * BS, chunks * 8) >> 3;
+            int c = e0 >> 3;
+            for (; c + UNROLL <= c_end; c += UNROLL) {
+                float w[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) w[u] = live ? deq_t<TY>(seg, 8 * (c + u) + l - e0) : 0.f;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+#pragma unroll
+                    for (int i = 0; i < TILE; i++) {
+                        int xi = min(t0 + i, n - 1);
+                        acc[i] += x[(size_t)xi * k + 8 * (c + u) + l] * w[u];
+                    }
+                }
+            }
+            for (; c < c_end; c++) {
+                float w = live ? deq_t<TY>(seg, 8 * c + l - e0) : 0.f;
 #pragma unroll
                 for (int i = 0; i < TILE; i++) {
                     int xi = min(t0 + i, n - 1);
-                    acc[i] += x[(size_t)xi * k + 8 * (c + u) + l] * w[u];
+                    acc[i] += x[(size_t)xi * k + 8 * c + l] * w;
                 }
-            }
-        }
-        for (; c < chunks; c++) {
-            float w = live ? deq_t<TY>(wrow, 8 * c + l) : 0.f;
-#pragma unroll
-            for (int i = 0; i < TILE; i++) {
-                int xi = min(t0 + i, n - 1);
-                acc[i] += x[(size_t)xi * k + 8 * c + l] * w;
             }
         }
 #pragma unroll
@@ -250,7 +371,7 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
 #define MATMUL_FOR(TY)                                                                          \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
-        matmul_body<TY, 1, 8>(W, x, y, n, k, m);                                                \
+        matmul_body<TY, 1, 4>(W, x, y, n, k, m);                                                \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
@@ -430,12 +551,30 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
     double sum = sum_sh;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x) probs[off + j] = exps[off + j] / sum;
     __syncthreads();
+    // Eight keys' slots, probabilities and values are loaded before they are summed (in key
+    // order), so the loads overlap; a zero exp is skipped as the reference skips it.
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         double acc = 0.0;
-        for (int j = 0; j < n_kv; j++) {
+        const float* vb = vc + (size_t)kh * head_dim + d;
+        int j = 0;
+        for (; j + 8 <= n_kv; j += 8) {
+            double pv[8];
+            float vv[8];
+            bool zero[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                size_t sl = slots[soff + j + u];
+                zero[u] = exps[off + j + u] == 0.0;
+                pv[u] = probs[off + j + u];
+                vv[u] = vb[(base + sl) * kv_dim];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (!zero[u]) acc += pv[u] * (double)vv[u];
+        }
+        for (; j < n_kv; j++) {
             if (exps[off + j] == 0.0) continue;
-            const float* vr = vc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
-            acc += probs[off + j] * (double)vr[d];
+            acc += probs[off + j] * (double)vb[(base + slots[soff + j]) * kv_dim];
         }
         out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc;
     }

@@ -117,6 +117,28 @@ pub struct CudaBackend {
     pub kernel_origin: &'static str,
     uploads: RefCell<Uploads>,
     scores: RefCell<Option<Scores>>,
+    /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
+    profile: Option<RefCell<ProfileTable>>,
+}
+
+type ProfileTable = (std::time::Instant, Vec<(&'static str, f64, usize)>);
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let p = p.borrow();
+            let total: f64 = p.1.iter().map(|e| e.1).sum();
+            eprintln!("cuda profile (synchronized after every op):");
+            for (op, t, n) in &p.1 {
+                eprintln!(
+                    "  {op:<12} {:>10.3} ms {:>5.1}% {n:>8} calls {:>8.1} us/call",
+                    t * 1e3,
+                    100.0 * t / total.max(1e-12),
+                    t * 1e6 / *n as f64
+                );
+            }
+        }
+    }
 }
 
 fn unavailable(why: impl Into<String>) -> BackendError {
@@ -216,6 +238,8 @@ impl CudaBackend {
             kernel_origin,
             uploads: RefCell::default(),
             scores: RefCell::new(None),
+            profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
+                .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
         })
     }
 
@@ -259,8 +283,33 @@ impl CudaBackend {
             .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")))
     }
 
-    fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
+    fn tensor(
+        &self,
+        op: &'static str,
+        buf: CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+    ) -> CudaTensor {
+        self.mark(op);
         CudaTensor { buf, rows, cols }
+    }
+
+    /// With `LOCKSTEP_CUDA_PROFILE` set: waits for the GPU and charges the time since the
+    /// previous mark to `op` (a diagnostic; it serializes host and device).
+    fn mark(&self, op: &'static str) {
+        let Some(prof) = &self.profile else { return };
+        let _ = self.stream.synchronize();
+        let mut p = prof.borrow_mut();
+        let now = std::time::Instant::now();
+        let dt = (now - p.0).as_secs_f64();
+        p.0 = now;
+        match p.1.iter_mut().find(|e| e.0 == op) {
+            Some(e) => {
+                e.1 += dt;
+                e.2 += 1;
+            }
+            None => p.1.push((op, dt, 1)),
+        }
     }
 
     fn elementwise(&self, op: &str, n: usize) -> LaunchConfig {
@@ -370,7 +419,12 @@ impl Backend for CudaBackend {
                 w.ty
             )));
         }
-        let data = self.upload(w.name, w.data)?;
+        // Padded: the matmul stages rows with aligned 16-byte loads.
+        let mut padded = Vec::with_capacity(w.data.len() + plan::WEIGHT_PAD);
+        padded.extend_from_slice(w.data);
+        padded.resize(w.data.len() + plan::WEIGHT_PAD, 0);
+        let data = self.upload(w.name, &padded)?;
+        drop(padded);
         let vector = if rows == 1 {
             let v =
                 lockstep_quant::dequantize(w.ty, w.data, cols).map_err(|e| bad(e.to_string()))?;
@@ -407,6 +461,7 @@ impl Backend for CudaBackend {
 
     fn to_host(&self, t: &CudaTensor) -> HostTensor {
         let v = self.host_f32("to_host", &t.buf, t.rows * t.cols);
+        self.mark("to_host");
         HostTensor::matrix(t.rows, t.cols, v)
     }
 
@@ -442,7 +497,7 @@ impl Backend for CudaBackend {
             unsafe { b.launch(cfg) }
                 .map_err(|e| BackendError::Other(format!("cuda embed: {e}")))?;
         }
-        Ok(self.tensor(out, ids.len(), table.cols))
+        Ok(self.tensor("embed", out, ids.len(), table.cols))
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> CudaTensor {
@@ -470,12 +525,12 @@ impl Backend for CudaBackend {
             let cfg = LaunchConfig {
                 grid_dim: (gx, gy, 1),
                 block_dim: (plan::MATMUL_THREADS, 1, 1),
-                shared_mem_bytes: 0,
+                shared_mem_bytes: plan::MATMUL_SMEM_BYTES,
             };
             // SAFETY: x is n x k, the weight m rows of k encoded values, out n x m (checked).
             unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
         }
-        self.tensor(out, n, m)
+        self.tensor("matmul", out, n, m)
     }
 
     fn add_bias(&self, x: &CudaTensor, bias: &CudaWeight) -> CudaTensor {
@@ -489,7 +544,7 @@ impl Backend for CudaBackend {
         // SAFETY: one thread per element of x, bias of x.cols.
         unsafe { b.launch(self.elementwise("add_bias", n)) }
             .unwrap_or_else(|e| device_failure("add_bias", e));
-        self.tensor(out, x.rows, x.cols)
+        self.tensor("add_bias", out, x.rows, x.cols)
     }
 
     fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32) -> CudaTensor {
@@ -515,7 +570,7 @@ impl Backend for CudaBackend {
             // SAFETY: one block per group of g values; weight has g values.
             unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("rms_norm", e));
         }
-        self.tensor(out, x.rows, x.cols)
+        self.tensor("rms_norm", out, x.rows, x.cols)
     }
 
     fn add(&self, a: &CudaTensor, b: &CudaTensor) -> CudaTensor {
@@ -528,7 +583,7 @@ impl Backend for CudaBackend {
         // SAFETY: three buffers of n floats.
         unsafe { l.launch(self.elementwise("add", n)) }
             .unwrap_or_else(|e| device_failure("add", e));
-        self.tensor(out, a.rows, a.cols)
+        self.tensor("add", out, a.rows, a.cols)
     }
 
     fn scale(&self, x: &CudaTensor, s: f32) -> CudaTensor {
@@ -540,7 +595,7 @@ impl Backend for CudaBackend {
         // SAFETY: two buffers of n floats.
         unsafe { l.launch(self.elementwise("scale", n)) }
             .unwrap_or_else(|e| device_failure("scale", e));
-        self.tensor(out, x.rows, x.cols)
+        self.tensor("scale", out, x.rows, x.cols)
     }
 
     fn act_mul(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> CudaTensor {
@@ -567,7 +622,7 @@ impl Backend for CudaBackend {
         // SAFETY: three buffers of n floats.
         unsafe { l.launch(self.elementwise("act_mul", n)) }
             .unwrap_or_else(|e| device_failure("act_mul", e));
-        self.tensor(out, gate.rows, gate.cols)
+        self.tensor("act_mul", out, gate.rows, gate.cols)
     }
 
     fn rope(&self, x: &CudaTensor, positions: &[u32], p: RopeParams) -> CudaTensor {
@@ -584,7 +639,7 @@ impl Backend for CudaBackend {
         let half = p.n_rot / 2;
         let work = x.rows * (x.cols / p.head_dim) * half;
         if work == 0 {
-            return self.tensor(out, x.rows, x.cols);
+            return self.tensor("rope", out, x.rows, x.cols);
         }
         let mut up = self.uploads.borrow_mut();
         let fresh = !up.rope.as_ref().is_some_and(|(pos, nr, base, _)| {
@@ -617,7 +672,7 @@ impl Backend for CudaBackend {
         unsafe { l.launch(self.elementwise("rope", work)) }
             .unwrap_or_else(|e| device_failure("rope", e));
         drop(up);
-        self.tensor(out, x.rows, x.cols)
+        self.tensor("rope", out, x.rows, x.cols)
     }
 
     fn select_rows(&self, x: &CudaTensor, rows: &[usize]) -> CudaTensor {
@@ -644,7 +699,7 @@ impl Backend for CudaBackend {
             // SAFETY: every index was checked < x.rows.
             unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("select_rows", e));
         }
-        self.tensor(out, rows.len(), x.cols)
+        self.tensor("select_rows", out, rows.len(), x.cols)
     }
 
     fn kv_store(
@@ -705,6 +760,8 @@ impl Backend for CudaBackend {
         };
         // SAFETY: layer and every slot were checked against the layout.
         unsafe { b.launch(cfg) }.map_err(|e| BackendError::Kv(format!("cuda kv_store: {e}")))?;
+        drop(up);
+        self.mark("kv_store");
         Ok(())
     }
 
@@ -818,7 +875,7 @@ impl Backend for CudaBackend {
         }
         drop(sc);
         drop(up);
-        Ok(self.tensor(out, q.rows, q_dim))
+        Ok(self.tensor("attention", out, q.rows, q_dim))
     }
 }
 
