@@ -261,9 +261,19 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
     }
 }
 
-// Bytes of each weight row staged in shared memory at a time.
-#define SEG_BYTES 2048
+// Bytes of each weight row staged in shared memory at a time (two buffers: the next segment
+// is copied in, asynchronously, while the current one is decoded).
+#define SEG_BYTES 1024
 #define SEG_WORDS (SEG_BYTES / 16 + 2)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    unsigned long long s;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 
 // y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
 // Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),
@@ -284,26 +294,43 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
     bool live = r < m;
     size_t row_bytes = (size_t)(k / BS) * TS;
     const u8* wrow = W + (size_t)(live ? r : 0) * row_bytes;
-    uint4* wsm = smem + (size_t)warp * 4 * SEG_WORDS;
+    uint4* wsm = smem + (size_t)warp * 8 * SEG_WORDS;
     int chunks = k >> 3;
     int nblocks = k / BS;
+    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously).
+    auto stage = [&](int sb, int buf) {
+        int nb = min(SEG_BLOCKS, nblocks - sb);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (rbase + q >= m) break;
+            size_t src = (size_t)(W + (size_t)(rbase + q) * row_bytes + (size_t)sb * TS);
+            size_t a = src & ~(size_t)15, e = (src + (size_t)nb * TS + 15) & ~(size_t)15;
+            int words = (int)((e - a) >> 4);
+            for (int i = lane; i < words; i += 32)
+                cp_async16(wsm + (buf * 4 + q) * SEG_WORDS + i, (const uint4*)a + i);
+        }
+        cp_async_commit();
+    };
     for (int t0 = blockIdx.y * TILE; t0 < n; t0 += gridDim.y * TILE) {
         float acc[TILE];
 #pragma unroll
         for (int i = 0; i < TILE; i++) acc[i] = 0.f;
-        for (int sb = 0; sb < nblocks; sb += SEG_BLOCKS) {
+        __syncwarp();
+        stage(0, 0);
+        int it = 0;
+        for (int sb = 0; sb < nblocks; sb += SEG_BLOCKS, it++) {
             int nb = min(SEG_BLOCKS, nblocks - sb);
+            int buf = it & 1;
+            // Every lane is done with the buffer the next stage overwrites (read last round).
             __syncwarp();
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                if (rbase + q >= m) break;
-                size_t src = (size_t)(W + (size_t)(rbase + q) * row_bytes + (size_t)sb * TS);
-                size_t a = src & ~(size_t)15, e = (src + (size_t)nb * TS + 15) & ~(size_t)15;
-                int words = (int)((e - a) >> 4);
-                for (int i = lane; i < words; i += 32) wsm[q * SEG_WORDS + i] = __ldg((const uint4*)a + i);
+            if (sb + SEG_BLOCKS < nblocks) {
+                stage(sb + SEG_BLOCKS, buf ^ 1);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
             }
             __syncwarp();
-            const u8* seg = (const u8*)(wsm + sel * SEG_WORDS) + ((size_t)(wrow + (size_t)sb * TS) & 15);
+            const u8* seg = (const u8*)(wsm + (buf * 4 + sel) * SEG_WORDS) + ((size_t)(wrow + (size_t)sb * TS) & 15);
             int e0 = sb * BS;
             if constexpr (BS >= 32) {
                 // Whole blocks (k is a multiple of BS, so of 8: no tail).

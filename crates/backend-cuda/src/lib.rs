@@ -18,7 +18,7 @@
 //! are made only when an observer asks for the tap.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
@@ -37,14 +37,60 @@ use plan::{AttnPlan, QuantDesc};
 /// The kernel source, compiled by NVRTC at run time.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 
-/// An activation on the device: `[rows, cols]` f32, row-major.
+/// An activation on the device: `[rows, cols]` f32, row-major. Its buffer goes back to the
+/// backend's pool when it is dropped.
 pub struct CudaTensor {
-    buf: CudaSlice<f32>,
+    buf: Option<CudaSlice<f32>>,
     rows: usize,
     cols: usize,
+    pool: Arc<Mutex<Pool>>,
+}
+
+impl Drop for CudaTensor {
+    fn drop(&mut self) {
+        if let (Some(b), Ok(mut p)) = (self.buf.take(), self.pool.lock()) {
+            p.give(b);
+        }
+    }
+}
+
+/// Device buffers of finished tensors, by length, for reuse: an allocation and a free per op
+/// cost more host time than small kernels take on the GPU. Reuse is safe because everything
+/// runs in order on one stream: a kernel that writes a reused buffer is queued after every
+/// kernel that read it.
+#[derive(Default)]
+pub struct Pool {
+    free: std::collections::HashMap<usize, Vec<CudaSlice<f32>>>,
+    bytes: usize,
+}
+
+impl Pool {
+    /// At most this much memory is kept for reuse.
+    const MAX_BYTES: usize = 1 << 30;
+
+    fn take(&mut self, n: usize) -> Option<CudaSlice<f32>> {
+        let b = self.free.get_mut(&n)?.pop()?;
+        self.bytes -= n * 4;
+        Some(b)
+    }
+
+    fn give(&mut self, b: CudaSlice<f32>) {
+        let n = b.len();
+        if self.bytes + n * 4 <= Self::MAX_BYTES {
+            self.bytes += n * 4;
+            self.free.entry(n).or_default().push(b);
+        }
+    }
 }
 
 impl CudaTensor {
+    fn buf(&self) -> &CudaSlice<f32> {
+        match &self.buf {
+            Some(b) => b,
+            None => unreachable!("the buffer is taken only on drop"),
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }
@@ -117,6 +163,7 @@ pub struct CudaBackend {
     pub kernel_origin: &'static str,
     uploads: RefCell<Uploads>,
     scores: RefCell<Option<Scores>>,
+    pool: Arc<Mutex<Pool>>,
     /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
     profile: Option<RefCell<ProfileTable>>,
 }
@@ -238,6 +285,7 @@ impl CudaBackend {
             kernel_origin,
             uploads: RefCell::default(),
             scores: RefCell::new(None),
+            pool: Arc::default(),
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
                 .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
         })
@@ -266,6 +314,15 @@ impl CudaBackend {
     /// An output buffer the next kernel writes completely (every op's kernel writes every
     /// element of its output). Left uninitialized: a zeroing memset would be one more launch
     /// per op, and decode of small models is bound by launches.
+    /// An f32 output buffer, from the pool when one of that length is free (see [`Self::alloc`]).
+    fn alloc_f32(&self, op: &str, n: usize) -> CudaSlice<f32> {
+        let n = n.max(1);
+        if let Some(b) = self.pool.lock().ok().and_then(|mut p| p.take(n)) {
+            return b;
+        }
+        self.alloc::<f32>(op, n)
+    }
+
     fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, op: &str, n: usize) -> CudaSlice<T> {
         // SAFETY: device memory of plain numbers; every kernel writes all of its output before
         // anything reads it (and a zero-sized op launches nothing and reads nothing).
@@ -291,7 +348,12 @@ impl CudaBackend {
         cols: usize,
     ) -> CudaTensor {
         self.mark(op);
-        CudaTensor { buf, rows, cols }
+        CudaTensor {
+            buf: Some(buf),
+            rows,
+            cols,
+            pool: self.pool.clone(),
+        }
     }
 
     /// With `LOCKSTEP_CUDA_PROFILE` set: waits for the GPU and charges the time since the
@@ -460,7 +522,7 @@ impl Backend for CudaBackend {
     }
 
     fn to_host(&self, t: &CudaTensor) -> HostTensor {
-        let v = self.host_f32("to_host", &t.buf, t.rows * t.cols);
+        let v = self.host_f32("to_host", t.buf(), t.rows * t.cols);
         self.mark("to_host");
         HostTensor::matrix(t.rows, t.cols, v)
     }
@@ -476,7 +538,7 @@ impl Backend for CudaBackend {
             }
         }
         let d_ids = self.upload("embed ids", ids)?;
-        let mut out = self.alloc::<f32>("embed", ids.len() * table.cols);
+        let mut out = self.alloc_f32("embed", ids.len() * table.cols);
         if !ids.is_empty() {
             let cols = table.cols as i32;
             let d = table.desc;
@@ -507,7 +569,7 @@ impl Backend for CudaBackend {
             x.cols, w.cols
         );
         let (n, k, m) = (x.rows, x.cols, w.rows);
-        let mut out = self.alloc::<f32>("matmul", n * m);
+        let mut out = self.alloc_f32("matmul", n * m);
         if n > 0 && m > 0 {
             let (gx, gy) = plan::matmul_grid(n, m);
             let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
@@ -517,7 +579,7 @@ impl Backend for CudaBackend {
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let mut b = self.stream.launch_builder(f);
             b.arg(&w.data)
-                .arg(&x.buf)
+                .arg(x.buf())
                 .arg(&mut out)
                 .arg(&ni)
                 .arg(&ki)
@@ -537,10 +599,10 @@ impl Backend for CudaBackend {
         assert_eq!(x.cols, bias.cols, "bias length");
         let v = self.vector(bias, "add_bias");
         let n = x.rows * x.cols;
-        let mut out = self.alloc::<f32>("add_bias", n);
+        let mut out = self.alloc_f32("add_bias", n);
         let (r, c) = (x.rows as i32, x.cols as i32);
         let mut b = self.stream.launch_builder(&self.k.add_bias);
-        b.arg(&x.buf).arg(v).arg(&mut out).arg(&r).arg(&c);
+        b.arg(x.buf()).arg(v).arg(&mut out).arg(&r).arg(&c);
         // SAFETY: one thread per element of x, bias of x.cols.
         unsafe { b.launch(self.elementwise("add_bias", n)) }
             .unwrap_or_else(|e| device_failure("add_bias", e));
@@ -556,11 +618,11 @@ impl Backend for CudaBackend {
         );
         let v = self.vector(weight, "rms_norm");
         let groups = x.rows * x.cols / g;
-        let mut out = self.alloc::<f32>("rms_norm", x.rows * x.cols);
+        let mut out = self.alloc_f32("rms_norm", x.rows * x.cols);
         if groups > 0 {
             let gi = g as i32;
             let mut b = self.stream.launch_builder(&self.k.rms_norm);
-            b.arg(&x.buf).arg(v).arg(&mut out).arg(&gi).arg(&eps);
+            b.arg(x.buf()).arg(v).arg(&mut out).arg(&gi).arg(&eps);
             let cfg = LaunchConfig {
                 grid_dim: (groups as u32, 1, 1),
                 // The kernel's reduction assumes a power of two <= 256.
@@ -576,10 +638,10 @@ impl Backend for CudaBackend {
     fn add(&self, a: &CudaTensor, b: &CudaTensor) -> CudaTensor {
         assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
         let n = a.rows * a.cols;
-        let mut out = self.alloc::<f32>("add", n);
+        let mut out = self.alloc_f32("add", n);
         let ni = n as i32;
         let mut l = self.stream.launch_builder(&self.k.add);
-        l.arg(&a.buf).arg(&b.buf).arg(&mut out).arg(&ni);
+        l.arg(a.buf()).arg(b.buf()).arg(&mut out).arg(&ni);
         // SAFETY: three buffers of n floats.
         unsafe { l.launch(self.elementwise("add", n)) }
             .unwrap_or_else(|e| device_failure("add", e));
@@ -588,10 +650,10 @@ impl Backend for CudaBackend {
 
     fn scale(&self, x: &CudaTensor, s: f32) -> CudaTensor {
         let n = x.rows * x.cols;
-        let mut out = self.alloc::<f32>("scale", n);
+        let mut out = self.alloc_f32("scale", n);
         let ni = n as i32;
         let mut l = self.stream.launch_builder(&self.k.scale);
-        l.arg(&x.buf).arg(&s).arg(&mut out).arg(&ni);
+        l.arg(x.buf()).arg(&s).arg(&mut out).arg(&ni);
         // SAFETY: two buffers of n floats.
         unsafe { l.launch(self.elementwise("scale", n)) }
             .unwrap_or_else(|e| device_failure("scale", e));
@@ -604,7 +666,7 @@ impl Backend for CudaBackend {
             "act_mul: shapes differ"
         );
         let n = gate.rows * gate.cols;
-        let mut out = self.alloc::<f32>("act_mul", n);
+        let mut out = self.alloc_f32("act_mul", n);
         let ni = n as i32;
         let a: i32 = match act {
             Activation::Silu => 0,
@@ -613,8 +675,8 @@ impl Backend for CudaBackend {
         // The reference's constant, computed by the same host expression.
         let c = (2.0 / std::f64::consts::PI).sqrt();
         let mut l = self.stream.launch_builder(&self.k.act_mul);
-        l.arg(&gate.buf)
-            .arg(&up.buf)
+        l.arg(gate.buf())
+            .arg(up.buf())
             .arg(&mut out)
             .arg(&ni)
             .arg(&a)
@@ -632,9 +694,9 @@ impl Backend for CudaBackend {
             "rope: columns are whole heads"
         );
         let n = x.rows * x.cols;
-        let mut out = self.alloc::<f32>("rope", n);
+        let mut out = self.alloc_f32("rope", n);
         self.stream
-            .memcpy_dtod(&x.buf, &mut out)
+            .memcpy_dtod(x.buf(), &mut out)
             .unwrap_or_else(|e| device_failure("rope", e));
         let half = p.n_rot / 2;
         let work = x.rows * (x.cols / p.head_dim) * half;
@@ -683,14 +745,14 @@ impl Backend for CudaBackend {
                 r as u32
             })
             .collect();
-        let mut out = self.alloc::<f32>("select_rows", rows.len() * x.cols);
+        let mut out = self.alloc_f32("select_rows", rows.len() * x.cols);
         if !rows.is_empty() {
             let d = self
                 .upload("select_rows", &idx)
                 .unwrap_or_else(|e| device_failure("select_rows", e));
             let c = x.cols as i32;
             let mut l = self.stream.launch_builder(&self.k.gather_rows);
-            l.arg(&x.buf).arg(&d).arg(&mut out).arg(&c);
+            l.arg(x.buf()).arg(&d).arg(&mut out).arg(&c);
             let cfg = LaunchConfig {
                 grid_dim: (rows.len() as u32, 1, 1),
                 block_dim: (256, 1, 1),
@@ -746,8 +808,8 @@ impl Backend for CudaBackend {
         let base = layer * l.n_slots();
         let di = d as i32;
         let mut b = self.stream.launch_builder(&self.k.kv_store);
-        b.arg(&k.buf)
-            .arg(&v.buf)
+        b.arg(k.buf())
+            .arg(v.buf())
             .arg(&mut cache.k)
             .arg(&mut cache.v)
             .arg(slots)
@@ -798,7 +860,7 @@ impl Backend for CudaBackend {
         let (n_scores, n_keys) = (plan.n_scores, plan.n_keys);
         self.attn_on_device(plan)?;
         self.ensure_scores(n_scores);
-        let mut out = self.alloc::<f32>("attention", q.rows * q_dim);
+        let mut out = self.alloc_f32("attention", q.rows * q_dim);
         let base = layer * l.n_slots();
         let up = self.uploads.borrow();
         let Some((_, dev)) = &up.attn else {
@@ -812,7 +874,7 @@ impl Backend for CudaBackend {
             let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
             let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
             let mut b = self.stream.launch_builder(&self.k.attention);
-            b.arg(&q.buf)
+            b.arg(q.buf())
                 .arg(&cache.k)
                 .arg(&cache.v)
                 .arg(&dev.slots)
@@ -934,6 +996,9 @@ mod tests {
                 "{ty}: no decoder case"
             );
         }
+        // The shared-memory layout the host sizes is the kernel's.
+        assert!(KERNEL_SOURCE.contains("#define SEG_BYTES 1024"));
+        assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
     }
