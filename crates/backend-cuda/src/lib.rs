@@ -188,6 +188,12 @@ impl Drop for CudaBackend {
     }
 }
 
+/// Whether the CUDA driver library can be loaded on this machine (says nothing about GPUs).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the shared library by name.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
 fn unavailable(why: impl Into<String>) -> BackendError {
     BackendError::Unavailable {
         backend: "cuda".into(),

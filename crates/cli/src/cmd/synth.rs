@@ -503,7 +503,8 @@ pub fn synthesize(
         let ty = if t.dims.len() == 1 {
             GgmlType::F32
         } else {
-            type_for(spec, t.role, t.layer, n_layers, row)
+            // The full model's rule: a cut model keeps the types its layers have in the whole.
+            type_for(spec, t.role, t.layer, s.n_layers, row)
         };
         let values = random_values(t, seed, i);
         let data = encode(ty, &values, row)?;
