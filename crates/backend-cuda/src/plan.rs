@@ -48,6 +48,8 @@ pub const MATMUL_ROWS_PER_BLOCK: u32 = MATMUL_THREADS / 32 * 4;
 /// plus 32 bytes of alignment slack (`SEG_WORDS` 16-byte words each), as `kernels.cu` lays
 /// it out.
 pub const MATMUL_SMEM_BYTES: u32 = (MATMUL_THREADS / 32) * 2 * 4 * (1024 / 16 + 2) * 16;
+// A block may use 48 KiB of shared memory without opting in.
+const _: () = assert!(MATMUL_SMEM_BYTES <= 48 * 1024);
 /// Bytes of padding after every weight: the matmul's last 16-byte staging load of a row may
 /// reach up to 15 bytes past its end.
 pub const WEIGHT_PAD: usize = 16;
@@ -228,7 +230,6 @@ mod tests {
         assert_eq!(blocks_for(0, 256), 1);
         // Fits the 48 KiB a block may use without opting in.
         assert_eq!(MATMUL_SMEM_BYTES, 33_792);
-        assert!(MATMUL_SMEM_BYTES <= 48 * 1024);
     }
 
     fn seq(first_row: usize, n_rows: usize, first_pos: u32, slots: Vec<u32>) -> BatchSeq {

@@ -219,9 +219,11 @@ pub enum Role {
 
 /// llama.cpp's `use_more_bits`.
 fn use_more_bits(layer: usize, n_layers: usize) -> bool {
-    layer < n_layers / 8
-        || layer >= 7 * n_layers / 8
-        || (layer >= n_layers / 8 && (layer - n_layers / 8) % 3 == 2)
+    let eighth = n_layers / 8;
+    match layer.checked_sub(eighth) {
+        None => true,
+        Some(past) => layer >= 7 * n_layers / 8 || past % 3 == 2,
+    }
 }
 
 /// The type llama.cpp would give a matrix with rows of `cols` values.
