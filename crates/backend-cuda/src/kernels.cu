@@ -476,22 +476,31 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
         out[(size_t)blockIdx.x * g + j] = (float)((double)xr[j] * scale) * w[j];
 }
 
-// In place on `x` (already a copy of the input): rotates pair i of every head of row r with
-// the host's (cos, sin) of position r, index i. style 0 = adjacent pairs, 1 = halves.
-extern "C" __global__ void rope(float* x, const double* cs, int rows, int cols, int head_dim,
-                                int half, int style) {
-    int heads = cols / head_dim;
+// out = rope(x): one thread per output element. Element d of a head is rotated with its pair
+// by the host's (cos, sin) of the row's position and pair index, or passes through (d >= n_rot).
+// style 0 = adjacent pairs (2i, 2i+1), 1 = halves (i, i + half).
+extern "C" __global__ void rope(const float* x, float* out, const double* cs, int rows, int cols,
+                                int head_dim, int half, int style) {
     size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (idx >= (size_t)rows * heads * half) return;
-    int i = idx % half;
-    int h = (idx / half) % heads;
-    int r = idx / ((size_t)half * heads);
+    if (idx >= (size_t)rows * cols) return;
+    int r = idx / cols, col = idx % cols;
+    int d = col % head_dim;
+    const float* head = x + idx - d;
+    int n_rot = 2 * half;
+    if (d >= n_rot) {
+        out[idx] = x[idx];
+        return;
+    }
+    int i, a, b;
+    bool first;
+    if (style == 0) {
+        i = d >> 1; a = 2 * i; b = a + 1; first = (d & 1) == 0;
+    } else {
+        i = d < half ? d : d - half; a = i; b = i + half; first = d < half;
+    }
     double c = cs[((size_t)r * half + i) * 2], s = cs[((size_t)r * half + i) * 2 + 1];
-    float* head = x + (size_t)r * cols + (size_t)h * head_dim;
-    int a = style == 0 ? 2 * i : i, b = style == 0 ? 2 * i + 1 : i + half;
     double x0 = head[a], x1 = head[b];
-    head[a] = (float)(x0 * c - x1 * s);
-    head[b] = (float)(x0 * s + x1 * c);
+    out[idx] = first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
 }
 
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) {

@@ -701,12 +701,8 @@ impl Backend for CudaBackend {
         );
         let n = x.rows * x.cols;
         let mut out = self.alloc_f32("rope", n);
-        self.stream
-            .memcpy_dtod(x.buf(), &mut out)
-            .unwrap_or_else(|e| device_failure("rope", e));
         let half = p.n_rot / 2;
-        let work = x.rows * (x.cols / p.head_dim) * half;
-        if work == 0 {
+        if n == 0 {
             return self.tensor("rope", out, x.rows, x.cols);
         }
         let mut up = self.uploads.borrow_mut();
@@ -729,15 +725,16 @@ impl Backend for CudaBackend {
             RopeStyle::Neox => 1,
         };
         let mut l = self.stream.launch_builder(&self.k.rope);
-        l.arg(&mut out)
+        l.arg(x.buf())
+            .arg(&mut out)
             .arg(table)
             .arg(&r)
             .arg(&c)
             .arg(&hd)
             .arg(&h)
             .arg(&style);
-        // SAFETY: one thread per (row, head, pair); the table has rows x half pairs.
-        unsafe { l.launch(self.elementwise("rope", work)) }
+        // SAFETY: one thread per element of x (rows x cols); the table has rows x half pairs.
+        unsafe { l.launch(self.elementwise("rope", n)) }
             .unwrap_or_else(|e| device_failure("rope", e));
         drop(up);
         self.tensor("rope", out, x.rows, x.cols)
