@@ -209,6 +209,9 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
             int j = cc >> 3, lp = 8 * (cc & 7) + l;
             int q = lp < 32 ? (b[16 + 32 * j + lp] & 0xF) : (b[16 + 32 * j + lp - 32] >> 4);
             int s = lp < 32 ? 2 * j : 2 * j + 1;
+#ifdef FAULT_Q4K_WRONG_SCALE
+            s ^= 1;  // seeded fault: the neighbouring sub-block's scale and min
+#endif
             w[cc] = ds[s] * (float)q - ms[s];
         }
     } else if constexpr (TY == T_Q6_K) {
@@ -511,6 +514,9 @@ extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* o
 // Row i of k/v to slot slots[i] of the layer whose cache starts at `base` rows.
 extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc,
                                     const u32* slots, size_t base, int kv_dim) {
+#ifdef FAULT_KV_SKIP_PREFILL
+    if (gridDim.x > 1) return;  // seeded fault: a prompt's K/V never reach the cache
+#endif
     size_t dst = (base + slots[blockIdx.x]) * kv_dim;
     for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) {
         kc[dst + j] = k[(size_t)blockIdx.x * kv_dim + j];
@@ -542,6 +548,9 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
     size_t off = (size_t)ri[3] + (size_t)h * n_kv;
     int group = n_heads / n_kv_heads, kh = h / group;
+#ifdef FAULT_WRONG_KV_HEAD
+    kh = h % n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#endif
     int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
     const float* qh = q + (size_t)row * q_dim + (size_t)h * head_dim;
     __shared__ float red[256];

@@ -32,6 +32,47 @@ use lockstep_graph::{
 pub mod compile;
 pub mod plan;
 
+/// Seeded faults of the CUDA kernels (builds with the `faults` feature): name, the macro that
+/// turns it on in `kernels.cu`, and the real bug class it stands for.
+pub const FAULTS: &[(&str, &str, &str)] = &[
+    (
+        "kv-skip-prefill",
+        "FAULT_KV_SKIP_PREFILL",
+        "a batched (prefill) kv_store writes nothing: the prompt's K/V never reach the cache",
+    ),
+    (
+        "wrong-kv-head",
+        "FAULT_WRONG_KV_HEAD",
+        "query head h reads KV head h % n_kv instead of h / group",
+    ),
+    (
+        "q4k-wrong-scale",
+        "FAULT_Q4K_WRONG_SCALE",
+        "Q4_K decoding in the matmul takes the neighbouring sub-block's scale and min",
+    ),
+];
+
+/// The fault `LOCKSTEP_CUDA_FAULT` names, in builds with the `faults` feature.
+#[cfg(feature = "faults")]
+fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> {
+    let Some(v) = std::env::var_os("LOCKSTEP_CUDA_FAULT") else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    match FAULTS.iter().find(|f| f.0 == v) {
+        Some(f) => Ok(Some((f.0, f.1))),
+        None => Err(unavailable(format!(
+            "unknown fault `{v}` in LOCKSTEP_CUDA_FAULT (known: {})",
+            FAULTS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+#[cfg(not(feature = "faults"))]
+fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> {
+    Ok(None)
+}
+
 use plan::{AttnPlan, QuantDesc};
 
 /// The kernel source, compiled by NVRTC at run time.
@@ -159,6 +200,8 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     k: Kernels,
     device: String,
+    /// `cuda`, or `cuda[FAULT]` with a seeded fault.
+    name: String,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
     uploads: RefCell<Uploads>,
@@ -238,13 +281,17 @@ impl CudaBackend {
             .map_err(|e| unavailable(format!("compute capability: {e}")))?;
         let arch = compile::arch_name(maj, min);
         let nv = compile::nvrtc_version().map_err(unavailable)?;
-        let key = compile::cache_key(KERNEL_SOURCE, compile::NVRTC_OPTIONS, &arch, nv);
+        let fault = seeded_fault()?;
+        let define = fault.map(|f| format!("-D{}", f.1));
+        let mut options: Vec<&str> = compile::NVRTC_OPTIONS.to_vec();
+        options.extend(define.as_deref());
+        let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
             match dir.as_deref().and_then(|d| compile::load_cached(d, &key)) {
                 Some(c) => (c, "cache"),
                 None => {
-                    let c = compile::nvrtc_cubin(KERNEL_SOURCE, &arch, compile::NVRTC_OPTIONS)
+                    let c = compile::nvrtc_cubin(KERNEL_SOURCE, &arch, &options)
                         .map_err(unavailable)?;
                     if let Some(d) = &dir {
                         compile::store_cached(d, &key, &c);
@@ -288,6 +335,10 @@ impl CudaBackend {
             stream,
             k,
             device,
+            name: match fault {
+                Some((f, _)) => format!("cuda[{f}]"),
+                None => "cuda".into(),
+            },
             kernel_origin,
             uploads: RefCell::default(),
             scores: RefCell::new(None),
@@ -453,7 +504,7 @@ impl Backend for CudaBackend {
     type KvCache = CudaKvCache;
 
     fn name(&self) -> &str {
-        "cuda"
+        &self.name
     }
 
     fn load_weight(&self, w: WeightView<'_>) -> Result<CudaWeight, BackendError> {
@@ -1002,6 +1053,13 @@ mod tests {
         // The shared-memory layout the host sizes is the kernel's.
         assert!(KERNEL_SOURCE.contains("#define SEG_BYTES 1024"));
         assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));
+        // Every seeded fault has its switch in the kernels.
+        for (name, define, _) in FAULTS {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("#ifdef {define}")),
+                "{name}"
+            );
+        }
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
     }
