@@ -284,19 +284,30 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // staged into shared memory a segment at a time with 16-byte loads (all in flight at once),
 // then decoded from there; each weight element is decoded once per tile of TILE activation
 // rows. The weight buffer is padded so the last aligned load never leaves it.
-template <int TY, int TILE, int UNROLL>
+// PAIR: the fused gated feed-forward input. A warp then covers 2 rows of W (gate) and the same
+// 2 rows of W2 (up); it writes gate to y, up to y2 and act(gate) * up (f64, as act_mul) to y3.
+template <int TY, int TILE, int UNROLL, bool PAIR>
 __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
-                                            float* __restrict__ y, int n, int k, int m) {
+                                            float* __restrict__ y, int n, int k, int m,
+                                            const u8* __restrict__ W2, float* __restrict__ y2,
+                                            float* __restrict__ y3, int act, double cgelu) {
     constexpr int BS = block_elems(TY), TS = block_bytes(TY);
     constexpr int SEG_BLOCKS = BS == 1 ? SEG_BYTES / TS : (SEG_BYTES / TS > 0 ? SEG_BYTES / TS : 1);
     extern __shared__ uint4 smem[];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int l = lane & 7, sel = lane >> 3;
-    int rbase = (blockIdx.x * (blockDim.x >> 5) + warp) * 4;
-    int r = rbase + sel;
-    bool live = r < m;
+    constexpr int ROWS = PAIR ? 2 : 4;
+    int rbase = (blockIdx.x * (blockDim.x >> 5) + warp) * ROWS;
     size_t row_bytes = (size_t)(k / BS) * TS;
-    const u8* wrow = W + (size_t)(live ? r : 0) * row_bytes;
+    // Weight row of staging slot q (0..3) and whether it exists.
+    auto row_index = [&](int q) { return PAIR ? rbase + (q & 1) : rbase + q; };
+    auto row_ptr = [&](int q) {
+        const u8* base = (PAIR && q >= 2) ? W2 : W;
+        return base + (size_t)row_index(q) * row_bytes;
+    };
+    int r = row_index(sel);
+    bool live = r < m;
+    const u8* wrow = live ? row_ptr(sel) : W;
     uint4* wsm = smem + (size_t)warp * 8 * SEG_WORDS;
     int chunks = k >> 3;
     int nblocks = k / BS;
@@ -305,8 +316,8 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
         int nb = min(SEG_BLOCKS, nblocks - sb);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-            if (rbase + q >= m) break;
-            size_t src = (size_t)(W + (size_t)(rbase + q) * row_bytes + (size_t)sb * TS);
+            if (row_index(q) >= m) continue;
+            size_t src = (size_t)(row_ptr(q) + (size_t)sb * TS);
             size_t a = src & ~(size_t)15, e = (src + (size_t)nb * TS + 15) & ~(size_t)15;
             int words = (int)((e - a) >> 4);
             for (int i = lane; i < words; i += 32)
@@ -386,26 +397,52 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
             float p[8];
 #pragma unroll
             for (int s = 0; s < 8; s++) p[s] = __shfl_sync(0xffffffffu, acc[i], (sel << 3) + s);
-            if (l == 0 && live && t0 + i < n) {
-                int xi = t0 + i;
+            bool out = l == 0 && live && t0 + i < n;
+            int xi = t0 + i;
+            float v = 0.f;
+            if (out) {
                 float tail = 0.f;
                 for (int j = chunks * 8; j < k; j++) tail += x[(size_t)xi * k + j] * deq_t<TY>(wrow, j);
-                y[(size_t)xi * m + r] = reduce8(p, tail);
+                v = reduce8(p, tail);
+            }
+            if constexpr (PAIR) {
+                // Lanes 0 and 8 hold gate rows, lanes 16 and 24 the same up rows.
+                float u = __shfl_down_sync(0xffffffffu, v, 16);
+                if (out && sel < 2) {
+                    y[(size_t)xi * m + r] = v;
+                    y2[(size_t)xi * m + r] = u;
+                    double g = (double)v, f;
+                    if (act == 0) f = g / (1.0 + exp(-g));
+                    else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
+                    y3[(size_t)xi * m + r] = (float)(f * (double)u);
+                }
+            } else {
+                if (out) y[(size_t)xi * m + r] = v;
             }
         }
     }
 }
 
-// One kernel pair per weight type: matmul_t1_<id> (one activation row, decode) and
-// matmul_t8_<id> (tiles of 8 rows, prefill).
+// Per weight type: matmul_t1_<id> (one activation row, decode), matmul_t8_<id> (tiles of 8
+// rows, prefill), and the fused gate/up/activation gate_up_t1_<id>, gate_up_t8_<id>.
 #define MATMUL_FOR(TY)                                                                          \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
-        matmul_body<TY, 1, 4>(W, x, y, n, k, m);                                                \
+        matmul_body<TY, 1, 4, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
-        matmul_body<TY, 8, 2>(W, x, y, n, k, m);                                                \
+        matmul_body<TY, 8, 2, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        gate_up_t1_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
+                        float* a, int n, int k, int m, int act, double c) {                     \
+        matmul_body<TY, 1, 4, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        gate_up_t8_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
+                        float* a, int n, int k, int m, int act, double c) {                     \
+        matmul_body<TY, 8, 2, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
     }
 MATMUL_FOR(0)
 MATMUL_FOR(1)

@@ -160,6 +160,8 @@ pub struct CudaKvCache {
 struct Kernels {
     /// Per weight type (GGUF id): the decode (one row) and prefill (tiles of 8) matmuls.
     matmul: Vec<(i32, CudaFunction, CudaFunction)>,
+    /// Per weight type: the fused gate/up/activation, decode and prefill.
+    gate_up: Vec<(i32, CudaFunction, CudaFunction)>,
     embed_rows: CudaFunction,
     add_bias: CudaFunction,
     add: CudaFunction,
@@ -308,6 +310,7 @@ impl CudaBackend {
                 .map_err(|e| unavailable(format!("kernel {name}: {e}")))
         };
         let mut matmul = Vec::new();
+        let mut gate_up = Vec::new();
         for &ty in plan::SUPPORTED {
             let id = ty.id();
             matmul.push((
@@ -315,9 +318,15 @@ impl CudaBackend {
                 f(&format!("matmul_t1_{id}"))?,
                 f(&format!("matmul_t8_{id}"))?,
             ));
+            gate_up.push((
+                id as i32,
+                f(&format!("gate_up_t1_{id}"))?,
+                f(&format!("gate_up_t8_{id}"))?,
+            ));
         }
         let k = Kernels {
             matmul,
+            gate_up,
             embed_rows: f("embed_rows")?,
             add_bias: f("add_bias")?,
             add: f("add")?,
@@ -650,6 +659,74 @@ impl Backend for CudaBackend {
             unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
         }
         self.tensor("matmul", out, n, m)
+    }
+
+    /// One kernel for `gate = x Wg^T`, `up = x Wu^T` and `act(gate) * up` when both weights
+    /// have one type and shape: each warp decodes two rows of each, the activation is applied
+    /// as the two dots finish. Every value is bitwise what `matmul` and `act_mul` give.
+    fn gate_up_act(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        act: Activation,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        let fused = self
+            .k
+            .gate_up
+            .iter()
+            .find(|(id, _, _)| *id == gate.desc.id)
+            .filter(|_| gate.desc == up.desc && gate.rows == up.rows && gate.cols == up.cols);
+        let Some((_, t1, t8)) = fused else {
+            let g = self.matmul(x, gate);
+            let u = self.matmul(x, up);
+            let a = self.act_mul(&g, &u, act);
+            return (g, u, a);
+        };
+        assert_eq!(
+            x.cols, gate.cols,
+            "gate_up_act: x has {} columns, weight rows have {}",
+            x.cols, gate.cols
+        );
+        let (n, k, m) = (x.rows, x.cols, gate.rows);
+        let mut g = self.alloc_f32("gate_up_act", n * m);
+        let mut u = self.alloc_f32("gate_up_act", n * m);
+        let mut a = self.alloc_f32("gate_up_act", n * m);
+        if n > 0 && m > 0 {
+            let (gx, gy) = plan::gate_up_grid(n, m);
+            let f = if n == 1 { t1 } else { t8 };
+            let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+            let ai: i32 = match act {
+                Activation::Silu => 0,
+                Activation::GeluTanh => 1,
+            };
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&gate.data)
+                .arg(&up.data)
+                .arg(x.buf())
+                .arg(&mut g)
+                .arg(&mut u)
+                .arg(&mut a)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&ai)
+                .arg(&c);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::MATMUL_THREADS, 1, 1),
+                shared_mem_bytes: plan::MATMUL_SMEM_BYTES,
+            };
+            // SAFETY: x is n x k; both weights m rows of k encoded values (checked equal);
+            // the three outputs n x m.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("gate_up_act", e));
+        }
+        (
+            self.tensor("gate_up_act", g, n, m),
+            self.tensor("gate_up_act", u, n, m),
+            self.tensor("gate_up_act", a, n, m),
+        )
     }
 
     fn add_bias(&self, x: &CudaTensor, bias: &CudaWeight) -> CudaTensor {

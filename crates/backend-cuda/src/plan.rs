@@ -64,6 +64,13 @@ pub fn matmul_grid(n: usize, m: usize) -> (u32, u32) {
     (x.max(1), tiles.min(64))
 }
 
+/// Grid of the fused gate/up kernel: each warp covers 2 rows of each weight.
+pub fn gate_up_grid(n: usize, m: usize) -> (u32, u32) {
+    let x = (m as u32).div_ceil(MATMUL_ROWS_PER_BLOCK / 2);
+    let tiles = n.div_ceil(MATMUL_TILE).max(1) as u32;
+    (x.max(1), tiles.min(64))
+}
+
 /// Blocks of `threads` covering `n` elements.
 pub fn blocks_for(n: usize, threads: u32) -> u32 {
     (n as u32).div_ceil(threads).max(1)
@@ -227,6 +234,9 @@ mod tests {
         assert_eq!(matmul_grid(100_000, 16), (1, 64));
         assert_eq!(matmul_grid(0, 0), (1, 1));
         assert_eq!(blocks_for(257, 256), 2);
+        assert_eq!(gate_up_grid(1, 1536), (192, 1));
+        assert_eq!(gate_up_grid(1, 1537), (193, 1));
+        assert_eq!(gate_up_grid(512, 8), (1, 64));
         assert_eq!(blocks_for(0, 256), 1);
         // Fits the 48 KiB a block may use without opting in.
         assert_eq!(MATMUL_SMEM_BYTES, 33_792);
