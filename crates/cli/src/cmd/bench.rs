@@ -161,6 +161,8 @@ impl TestResult {
     }
 }
 
+// `lockstep-backend-cpu`'s bench example compiles this file without a `cuda` feature.
+#[allow(unexpected_cfgs)]
 pub fn bench(args: BenchArgs) -> Result<()> {
     let path = lockstep_fetch::resolve_model(&args.model, args.models_dir.as_deref())?;
     if args.repetitions == 0 {
