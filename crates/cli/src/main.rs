@@ -49,6 +49,8 @@ enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Load-test a running `lockstep serve` (loopback only): TTFT, ITL, throughput, goodput.
     Loadgen(cmd::serve::LoadgenArgs),
+    /// Write a GGUF with a known model's shape and metadata and random weights.
+    Synth(cmd::synth::SynthArgs),
 }
 
 /// Exits with `code` when it is not 0 (commands whose exit status carries a verdict).
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cmd::doctor::run(args).map(exit_on_verdict),
         Command::Serve(args) => cmd::serve::serve(args),
         Command::Loadgen(args) => cmd::serve::loadgen_cmd(args),
+        Command::Synth(args) => cmd::synth::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
     /// Compute backend.
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref"])]
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
     pub backend: String,
     /// Prompt tokens of the pp test (0 = skip).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
@@ -161,6 +161,8 @@ impl TestResult {
     }
 }
 
+// `lockstep-backend-cpu`'s bench example compiles this file without a `cuda` feature.
+#[allow(unexpected_cfgs)]
 pub fn bench(args: BenchArgs) -> Result<()> {
     let path = lockstep_fetch::resolve_model(&args.model, args.models_dir.as_deref())?;
     if args.repetitions == 0 {
@@ -178,13 +180,35 @@ pub fn bench(args: BenchArgs) -> Result<()> {
                 ..CpuOptions::default()
             });
             let threads = b.threads();
-            run(&args, &path, b, threads)
+            run(&args, &path, b, threads, |_: &CpuBackend| None)
+        }
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            let b = super::trace::cuda_backend()?;
+            eprintln!(
+                "cuda: {} (kernels from {})",
+                b.device_name(),
+                b.kernel_origin
+            );
+            run(
+                &args,
+                &path,
+                b,
+                1,
+                |b: &lockstep_backend_cuda::CudaBackend| b.memory_used(),
+            )
         }
         "ref" => {
             let threads = std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1);
-            run(&args, &path, RefBackend::new(), threads)
+            run(
+                &args,
+                &path,
+                RefBackend::new(),
+                threads,
+                |_: &RefBackend| None,
+            )
         }
         other => bail!("unknown backend `{other}`"),
     }
@@ -263,6 +287,7 @@ fn run<B: Backend>(
     path: &std::path::Path,
     backend: B,
     threads: usize,
+    device_memory: impl Fn(&B) -> Option<usize>,
 ) -> Result<()> {
     let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
     let model = Model::load(&file, &backend).with_context(|| format!("{}", path.display()))?;
@@ -295,6 +320,7 @@ fn run<B: Backend>(
         }
         results.push(r);
     }
+    let mut device_peak = device_memory(&engine.backend);
     if args.n_gen > 0 {
         let mut r = TestResult {
             name: format!("tg{}", args.n_gen),
@@ -338,6 +364,7 @@ fn run<B: Backend>(
         }
     }
 
+    device_peak = device_peak.max(device_memory(&engine.backend));
     let peak = proc_status_bytes("VmHWM:");
     let rss = proc_status_bytes("VmRSS:");
     let model_name = path
@@ -367,6 +394,7 @@ fn run<B: Backend>(
             "repetitions": args.repetitions,
             "peak_rss_bytes": peak,
             "rss_bytes": rss,
+            "device_memory_used_peak_bytes": device_peak,
             "tests": tests,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -387,6 +415,12 @@ fn run<B: Backend>(
                 b as f64 / (1024.0 * 1024.0)
             ),
             None => println!("\npeak memory: unavailable on this platform"),
+        }
+        if let Some(b) = device_peak {
+            println!(
+                "GPU memory in use (device total - free, incl. the CUDA context), max after each test: {:.1} MiB",
+                b as f64 / (1024.0 * 1024.0)
+            );
         }
     }
     for (test, timer, total) in &profiles {

@@ -9,5 +9,6 @@ pub mod fetch;
 pub mod inspect;
 pub mod run;
 pub mod serve;
+pub mod synth;
 pub mod tokenize;
 pub mod trace;

@@ -21,8 +21,9 @@ pub struct ModelArgs {
     /// Where fetched models live (default: $LOCKSTEP_MODELS_DIR or ~/.cache/lockstep/models).
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
-    /// Compute backend: `cpu` (quantized kernels, the default) or `ref` (the reference).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref"])]
+    /// Compute backend: `cpu` (quantized kernels, the default), `ref` (the reference) or
+    /// `cuda` (an NVIDIA GPU).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
     pub backend: String,
     /// Context length (tokens).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
@@ -138,6 +139,11 @@ macro_rules! with_session {
             }
             "cpu" => {
                 let mut $s = load_session(&$args, super::bench::make_cpu_backend(None))?;
+                $body
+            }
+            #[cfg(feature = "cuda")]
+            "cuda" => {
+                let mut $s = load_session(&$args, super::trace::cuda_backend()?)?;
                 $body
             }
             other => bail!("unknown backend `{other}`"),

@@ -16,7 +16,7 @@ use lockstep_tokenizer::Tokenizer;
 use lockstep_verify::{parse_ids, record, AnyEngine, MaskMode, RunSpec, TapFilter, TraceMeta};
 
 /// The backends `--backend`, `--a` and `--b` accept.
-pub const BACKENDS: &[&str] = &["ref", "cpu"];
+pub const BACKENDS: &[&str] = &["ref", "cpu", "cuda"];
 
 /// Model options of the verification commands.
 #[derive(Args, Debug, Clone)]
@@ -127,6 +127,7 @@ pub fn open_engine(
     match name {
         "ref" => boxed(RefBackend::new(), file, cfg),
         "cpu" => boxed(cpu_backend(inject)?, file, cfg),
+        "cuda" => boxed(cuda_backend()?, file, cfg),
         other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
     }
 }
@@ -153,6 +154,18 @@ fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend>
     Ok(lockstep_backend_cpu::CpuBackend::new(
         lockstep_backend_cpu::CpuOptions::default(),
     ))
+}
+
+/// The CUDA backend on GPU 0; a clear error without a driver or in builds without the `cuda`
+/// feature.
+#[cfg(feature = "cuda")]
+pub fn cuda_backend() -> Result<lockstep_backend_cuda::CudaBackend> {
+    Ok(lockstep_backend_cuda::CudaBackend::new()?)
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn cuda_backend() -> Result<std::convert::Infallible> {
+    bail!("this lockstep was built without the CUDA backend (build with `--features cuda`)")
 }
 
 /// The fault names, if this build has them.

@@ -1,0 +1,190 @@
+//! NVRTC to CUBIN at run time, cached on disk.
+//!
+//! Compiling straight to a CUBIN for the device's architecture avoids the driver's PTX JIT
+//! (60-190 ms per module on the H100, against 0.1 ms to load a CUBIN). The cache key covers
+//! everything that changes the binary: the source, the compile options, the architecture and
+//! the NVRTC version, so a stale CUBIN can never be loaded.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Options every module is compiled with. `--fmad=false` keeps `a * b + c` two roundings,
+/// as in the reference backend.
+pub const NVRTC_OPTIONS: &[&str] = &["--fmad=false", "--std=c++17"];
+
+/// The cache key of one compiled module.
+pub fn cache_key(source: &str, options: &[&str], arch: &str, nvrtc_version: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    h.update(b"lockstep-cuda-cubin-v1\0");
+    h.update((source.len() as u64).to_le_bytes());
+    h.update(source.as_bytes());
+    for o in options {
+        h.update((o.len() as u64).to_le_bytes());
+        h.update(o.as_bytes());
+    }
+    h.update(arch.as_bytes());
+    h.update(b"\0");
+    h.update(nvrtc_version.0.to_le_bytes());
+    h.update(nvrtc_version.1.to_le_bytes());
+    let digest = h.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{arch}-nvrtc{}.{}-{}",
+        nvrtc_version.0,
+        nvrtc_version.1,
+        &hex[..32]
+    )
+}
+
+/// `sm_90` for compute capability 9.0.
+pub fn arch_name(major: i32, minor: i32) -> String {
+    format!("sm_{major}{minor}")
+}
+
+/// Where CUBINs are cached: `$LOCKSTEP_CUDA_CACHE`, else `$XDG_CACHE_HOME/lockstep/cuda`, else
+/// `~/.cache/lockstep/cuda`; `None` if no home is known (then nothing is cached).
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("LOCKSTEP_CUDA_CACHE") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("lockstep").join("cuda"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/lockstep/cuda"))
+}
+
+/// A cached CUBIN, if present and plausible (an ELF file).
+pub fn load_cached(dir: &Path, key: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(dir.join(format!("{key}.cubin"))).ok()?;
+    (bytes.len() > 4 && bytes[..4] == *b"\x7fELF").then_some(bytes)
+}
+
+/// Stores a CUBIN (written to a temporary name, then renamed, so a reader never sees half a
+/// file). Failure to cache is not an error: the next run compiles again.
+pub fn store_cached(dir: &Path, key: &str, cubin: &[u8]) {
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, cubin).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join(format!("{key}.cubin")));
+    }
+}
+
+/// Compiles `source` with NVRTC for `arch`; the CUBIN, or NVRTC's log.
+pub fn nvrtc_cubin(source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::sys as nv;
+    use std::ffi::CString;
+    let src = CString::new(source).map_err(|e| e.to_string())?;
+    let mut opts: Vec<CString> = Vec::new();
+    for o in options
+        .iter()
+        .copied()
+        .chain([&*format!("--gpu-architecture={arch}")])
+    {
+        opts.push(CString::new(o).map_err(|e| e.to_string())?);
+    }
+    let optp: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: plain NVRTC C calls with valid NUL-terminated strings that outlive them; the
+    // program handle is destroyed on every path after creation.
+    unsafe {
+        let r = nv::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            std::ptr::null(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        );
+        if r != nv::nvrtcResult::NVRTC_SUCCESS {
+            return Err(format!("nvrtcCreateProgram: {r:?}"));
+        }
+        let r = nv::nvrtcCompileProgram(prog, optp.len() as i32, optp.as_ptr());
+        let out = if r != nv::nvrtcResult::NVRTC_SUCCESS {
+            let mut n = 0usize;
+            nv::nvrtcGetProgramLogSize(prog, &mut n);
+            let mut log = vec![0u8; n];
+            nv::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut _);
+            Err(format!(
+                "NVRTC compile failed ({r:?}):\n{}",
+                String::from_utf8_lossy(&log)
+            ))
+        } else {
+            let mut n = 0usize;
+            let r = nv::nvrtcGetCUBINSize(prog, &mut n);
+            let mut buf = vec![0u8; n];
+            if r == nv::nvrtcResult::NVRTC_SUCCESS {
+                let r = nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _);
+                if r == nv::nvrtcResult::NVRTC_SUCCESS {
+                    Ok(buf)
+                } else {
+                    Err(format!("nvrtcGetCUBIN: {r:?}"))
+                }
+            } else {
+                Err(format!("nvrtcGetCUBINSize: {r:?}"))
+            }
+        };
+        nv::nvrtcDestroyProgram(&mut prog);
+        out
+    }
+}
+
+/// The NVRTC version (major, minor).
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    let (mut a, mut b) = (0i32, 0i32);
+    // SAFETY: writes two ints; the library was checked present by the caller.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b) };
+    if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(format!("nvrtcVersion: {r:?}"));
+    }
+    Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_changes_with_every_input() {
+        let base = cache_key("src", NVRTC_OPTIONS, "sm_90", (13, 0));
+        assert_eq!(base, cache_key("src", NVRTC_OPTIONS, "sm_90", (13, 0)));
+        assert!(base.starts_with("sm_90-nvrtc13.0-"), "{base}");
+        for other in [
+            cache_key("src2", NVRTC_OPTIONS, "sm_90", (13, 0)),
+            cache_key("src", &["--fmad=true"], "sm_90", (13, 0)),
+            cache_key("src", NVRTC_OPTIONS, "sm_89", (13, 0)),
+            cache_key("src", NVRTC_OPTIONS, "sm_90", (13, 1)),
+            cache_key("src", NVRTC_OPTIONS, "sm_90", (12, 0)),
+        ] {
+            assert_ne!(base, other);
+        }
+        // Length prefixes: moving a byte between source and options changes the key.
+        assert_ne!(
+            cache_key("ab", &["c"], "sm_90", (13, 0)),
+            cache_key("a", &["bc"], "sm_90", (13, 0))
+        );
+    }
+
+    #[test]
+    fn cache_round_trip_rejects_non_elf() {
+        let dir = std::env::temp_dir().join(format!("lockstep-cuda-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(load_cached(&dir, "k").is_none());
+        store_cached(&dir, "k", b"\x7fELF rest");
+        assert_eq!(
+            load_cached(&dir, "k").as_deref(),
+            Some(&b"\x7fELF rest"[..])
+        );
+        store_cached(&dir, "bad", b"not an elf");
+        assert!(load_cached(&dir, "bad").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn arch_names() {
+        assert_eq!(arch_name(9, 0), "sm_90");
+        assert_eq!(arch_name(8, 9), "sm_89");
+    }
+}

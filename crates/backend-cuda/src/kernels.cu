@@ -1,0 +1,663 @@
+// lockstep CUDA kernels, compiled at run time by NVRTC (no headers: NVRTC needs none).
+//
+// Compiled with --fmad=false: `a * b + c` stays a multiply and an add, two roundings, as in the
+// reference backend (Rust never contracts). Together with the reference's summation orders
+// (eight interleaved partial sums per dot product, f64 where the reference widens) this makes
+// most ops bitwise equal to the reference; only f64 transcendentals (exp, tanh) may differ by
+// an ulp before their final rounding to f32.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+
+// Type ids are GGUF's (ggml_type).
+#define T_F32 0
+#define T_F16 1
+#define T_Q4_0 2
+#define T_Q4_1 3
+#define T_Q5_0 6
+#define T_Q5_1 7
+#define T_Q8_0 8
+#define T_Q2_K 10
+#define T_Q3_K 11
+#define T_Q4_K 12
+#define T_Q5_K 13
+#define T_Q6_K 14
+#define T_IQ4_NL 20
+#define T_IQ4_XS 23
+#define T_BF16 30
+
+__device__ __forceinline__ float h2f(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
+__device__ __forceinline__ float ldh(const u8* p) { return h2f(ld16(p)); }
+
+__constant__ signed char KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
+
+// ggml's get_scale_min_k4 (Q4_K, Q5_K).
+__device__ __forceinline__ void scale_min_k4(int j, const u8* q, int* sc, int* m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+// Element `e` of the block at `b`: the same f32 operations, in the same order, as
+// crates/quant/src/dequant.rs (hence bitwise equal to it).
+__device__ __forceinline__ float deq(int ty, const u8* b, int e) {
+    switch (ty) {
+    case T_F32: {
+        u32 u = (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24);
+        return __uint_as_float(u);
+    }
+    case T_F16: return ldh(b);
+    case T_BF16: return __uint_as_float(((u32)ld16(b)) << 16);
+    case T_Q4_0: {
+        float d = ldh(b);
+        int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+        return (float)(q - 8) * d;
+    }
+    case T_Q4_1: {
+        float d = ldh(b), m = ldh(b + 2);
+        int q = e < 16 ? (b[4 + e] & 0xF) : (b[4 + e - 16] >> 4);
+        return (float)q * d + m;
+    }
+    case T_Q5_0: {
+        float d = ldh(b);
+        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
+        int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
+        int q = lo | (((qh >> e) & 1) << 4);
+        return (float)(q - 16) * d;
+    }
+    case T_Q5_1: {
+        float d = ldh(b), m = ldh(b + 2);
+        u32 qh = (u32)b[4] | ((u32)b[5] << 8) | ((u32)b[6] << 16) | ((u32)b[7] << 24);
+        int lo = e < 16 ? (b[8 + e] & 0xF) : (b[8 + e - 16] >> 4);
+        int q = lo | (((qh >> e) & 1) << 4);
+        return (float)q * d + m;
+    }
+    case T_Q8_0: return (float)(signed char)b[2 + e] * ldh(b);
+    case T_Q2_K: {
+        float d = ldh(b + 80), mn = ldh(b + 82);
+        int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
+        int q = (b[16 + 32 * n + l] >> (2 * j)) & 3;
+        int sc = b[e >> 4];
+        float dl = d * (float)(sc & 0xF), ml = mn * (float)(sc >> 4);
+        return dl * (float)q - ml;
+    }
+    case T_Q3_K: {
+        float d_all = ldh(b + 108);
+        int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
+        int low = (b[32 + 32 * n + l] >> (2 * j)) & 3;
+        int q = low - ((b[l] & (1 << (4 * n + j))) ? 0 : 4);
+        int s = e >> 4;
+        const u8* sp = b + 96;
+        int lo = s < 8 ? (sp[s] & 0xF) : (sp[s - 8] >> 4);
+        int hi = (sp[8 + (s & 3)] >> (2 * (s >> 2))) & 3;
+        int sc = (int)(signed char)(u8)(lo | (hi << 4)) - 32;
+        float dl = d_all * (float)sc;
+        return dl * (float)q;
+    }
+    case T_Q4_K: {
+        float d = ldh(b), mn = ldh(b + 2);
+        int j = e >> 6, l = e & 63;
+        int sc, m;
+        int q = l < 32 ? (b[16 + 32 * j + l] & 0xF) : (b[16 + 32 * j + l - 32] >> 4);
+        scale_min_k4(l < 32 ? 2 * j : 2 * j + 1, b + 4, &sc, &m);
+        float d1 = d * (float)sc, m1 = mn * (float)m;
+        return d1 * (float)q - m1;
+    }
+    case T_Q5_K: {
+        float d = ldh(b), mn = ldh(b + 2);
+        int j = e >> 6, l = e & 63;
+        int q;
+        if (l < 32) q = (b[48 + 32 * j + l] & 0xF) + ((b[16 + l] & (1 << (2 * j))) ? 16 : 0);
+        else q = (b[48 + 32 * j + l - 32] >> 4) + ((b[16 + l - 32] & (2 << (2 * j))) ? 16 : 0);
+        int sc, m;
+        scale_min_k4(e >> 5, b + 4, &sc, &m);
+        float dl = d * (float)sc, ml = mn * (float)m;
+        return dl * (float)q - ml;
+    }
+    case T_Q6_K: {
+        float d = ldh(b + 208);
+        int n = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const u8* ql = b + 64 * n;
+        int h = b[128 + 32 * n + l];
+        int lo = (k & 1) ? ql[32 + l] : ql[l];
+        lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
+        int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
+        float dl = d * (float)(signed char)b[192 + (e >> 4)];
+        return dl * (float)q;
+    }
+    case T_IQ4_NL: {
+        float d = ldh(b);
+        int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+        return d * (float)KVALUES_IQ4NL[q];
+    }
+    case T_IQ4_XS: {
+        float d = ldh(b);
+        int ib = e >> 5, j = e & 31;
+        int scales_h = ld16(b + 2);
+        int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+        float dl = d * (float)(ls - 32);
+        int q = j < 16 ? (b[8 + 16 * ib + j] & 0xF) : (b[8 + 16 * ib + j - 16] >> 4);
+        return dl * (float)KVALUES_IQ4NL[q];
+    }
+    }
+    return __int_as_float(0x7fc00000);  // unknown type: NaN (the host never launches one)
+}
+
+struct QType {
+    int ty, bs, ts;
+};
+
+__device__ __forceinline__ float deq_at(QType t, const u8* row, int j) {
+    int blk = j / t.bs;
+    return deq(t.ty, row + (size_t)blk * t.ts, j - blk * t.bs);
+}
+
+// Elements and bytes per block of each type (folded to constants in the per-type kernels).
+__device__ __forceinline__ constexpr int block_elems(int ty) {
+    return ty == T_F32 || ty == T_F16 || ty == T_BF16 ? 1
+         : (ty == T_Q2_K || ty == T_Q3_K || ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K || ty == T_IQ4_XS) ? 256
+         : 32;
+}
+__device__ __forceinline__ constexpr int block_bytes(int ty) {
+    return ty == T_F32 ? 4 : ty == T_F16 || ty == T_BF16 ? 2 : ty == T_Q4_0 ? 18 : ty == T_Q4_1 ? 20
+         : ty == T_Q5_0 ? 22 : ty == T_Q5_1 ? 24 : ty == T_Q8_0 ? 34 : ty == T_Q2_K ? 84
+         : ty == T_Q3_K ? 110 : ty == T_Q4_K ? 144 : ty == T_Q5_K ? 176 : ty == T_Q6_K ? 210
+         : ty == T_IQ4_NL ? 18 : 136;
+}
+
+template <int TY>
+__device__ __forceinline__ float deq_t(const u8* row, int j) {
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    int blk = j / BS;
+    return deq(TY, row + (size_t)blk * TS, j - blk * BS);
+}
+
+// The reference's reduction of eight partial sums and a tail.
+__device__ __forceinline__ float reduce8(const float* a, float tail) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7])) + tail;
+}
+
+// The elements 8 * cc + l (cc = 0 .. BS/8) of one block, the ones lane l of a row's eight
+// lanes sums: block scales are decoded once per block instead of once per element. Every
+// value is formed by exactly the operations of `deq` (hence bitwise equal to it).
+template <int TY>
+__device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
+    constexpr int EPL = block_elems(TY) / 8;
+    if constexpr (TY == T_Q4_K) {
+        float d = ldh(b), mn = ldh(b + 2);
+        float ds[8], ms[8];
+#pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int sc, m;
+            scale_min_k4(s, b + 4, &sc, &m);
+            ds[s] = d * (float)sc;
+            ms[s] = mn * (float)m;
+        }
+#pragma unroll
+        for (int cc = 0; cc < 32; cc++) {
+            int j = cc >> 3, lp = 8 * (cc & 7) + l;
+            int q = lp < 32 ? (b[16 + 32 * j + lp] & 0xF) : (b[16 + 32 * j + lp - 32] >> 4);
+            int s = lp < 32 ? 2 * j : 2 * j + 1;
+#ifdef FAULT_Q4K_WRONG_SCALE
+            s ^= 1;  // seeded fault: the neighbouring sub-block's scale and min
+#endif
+            w[cc] = ds[s] * (float)q - ms[s];
+        }
+    } else if constexpr (TY == T_Q6_K) {
+        float d = ldh(b + 208);
+#pragma unroll
+        for (int cc = 0; cc < 32; cc++) {
+            int e = 8 * cc + l;
+            int n = e >> 7, k = (e >> 5) & 3, lp = e & 31;
+            const u8* ql = b + 64 * n;
+            int h = b[128 + 32 * n + lp];
+            int lo = (k & 1) ? ql[32 + lp] : ql[lp];
+            lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
+            int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
+            float dl = d * (float)(signed char)b[192 + (e >> 4)];
+            w[cc] = dl * (float)q;
+        }
+    } else if constexpr (TY == T_Q8_0) {
+        float d = ldh(b);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) w[cc] = (float)(signed char)b[2 + 8 * cc + l] * d;
+    } else if constexpr (TY == T_Q4_1) {
+        float d = ldh(b), m = ldh(b + 2);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int q = e < 16 ? (b[4 + e] & 0xF) : (b[4 + e - 16] >> 4);
+            w[cc] = (float)q * d + m;
+        }
+    } else if constexpr (TY == T_Q4_0) {
+        float d = ldh(b);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int q = e < 16 ? (b[2 + e] & 0xF) : (b[2 + e - 16] >> 4);
+            w[cc] = (float)(q - 8) * d;
+        }
+    } else if constexpr (TY == T_Q5_0) {
+        float d = ldh(b);
+        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
+#pragma unroll
+        for (int cc = 0; cc < 4; cc++) {
+            int e = 8 * cc + l;
+            int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
+            int q = lo | (((qh >> e) & 1) << 4);
+            w[cc] = (float)(q - 16) * d;
+        }
+    } else {
+#pragma unroll
+        for (int cc = 0; cc < EPL; cc++) w[cc] = deq(TY, b, 8 * cc + l);
+    }
+}
+
+// Bytes of each weight row staged in shared memory at a time (two buffers: the next segment
+// is copied in, asynchronously, while the current one is decoded).
+#define SEG_BYTES 1024
+#define SEG_WORDS (SEG_BYTES / 16 + 2)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    unsigned long long s;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
+// Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),
+// so each output is bitwise the reference's dot. A warp covers 4 weight rows. Each row is
+// staged into shared memory a segment at a time with 16-byte loads (all in flight at once),
+// then decoded from there; each weight element is decoded once per tile of TILE activation
+// rows. The weight buffer is padded so the last aligned load never leaves it.
+// PAIR: the fused gated feed-forward input. A warp then covers 2 rows of W (gate) and the same
+// 2 rows of W2 (up); it writes gate to y, up to y2 and act(gate) * up (f64, as act_mul) to y3.
+template <int TY, int TILE, int UNROLL, bool PAIR>
+__device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int k, int m,
+                                            const u8* __restrict__ W2, float* __restrict__ y2,
+                                            float* __restrict__ y3, int act, double cgelu) {
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    constexpr int SEG_BLOCKS = BS == 1 ? SEG_BYTES / TS : (SEG_BYTES / TS > 0 ? SEG_BYTES / TS : 1);
+    extern __shared__ uint4 smem[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int l = lane & 7, sel = lane >> 3;
+    constexpr int ROWS = PAIR ? 2 : 4;
+    int rbase = (blockIdx.x * (blockDim.x >> 5) + warp) * ROWS;
+    size_t row_bytes = (size_t)(k / BS) * TS;
+    // Weight row of staging slot q (0..3) and whether it exists.
+    auto row_index = [&](int q) { return PAIR ? rbase + (q & 1) : rbase + q; };
+    auto row_ptr = [&](int q) {
+        const u8* base = (PAIR && q >= 2) ? W2 : W;
+        return base + (size_t)row_index(q) * row_bytes;
+    };
+    int r = row_index(sel);
+    bool live = r < m;
+    const u8* wrow = live ? row_ptr(sel) : W;
+    uint4* wsm = smem + (size_t)warp * 8 * SEG_WORDS;
+    int chunks = k >> 3;
+    int nblocks = k / BS;
+    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously).
+    auto stage = [&](int sb, int buf) {
+        int nb = min(SEG_BLOCKS, nblocks - sb);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            if (row_index(q) >= m) continue;
+            size_t src = (size_t)(row_ptr(q) + (size_t)sb * TS);
+            size_t a = src & ~(size_t)15, e = (src + (size_t)nb * TS + 15) & ~(size_t)15;
+            int words = (int)((e - a) >> 4);
+            for (int i = lane; i < words; i += 32)
+                cp_async16(wsm + (buf * 4 + q) * SEG_WORDS + i, (const uint4*)a + i);
+        }
+        cp_async_commit();
+    };
+    for (int t0 = blockIdx.y * TILE; t0 < n; t0 += gridDim.y * TILE) {
+        float acc[TILE];
+#pragma unroll
+        for (int i = 0; i < TILE; i++) acc[i] = 0.f;
+        __syncwarp();
+        stage(0, 0);
+        int it = 0;
+        for (int sb = 0; sb < nblocks; sb += SEG_BLOCKS, it++) {
+            int nb = min(SEG_BLOCKS, nblocks - sb);
+            int buf = it & 1;
+            // Every lane is done with the buffer the next stage overwrites (read last round).
+            __syncwarp();
+            if (sb + SEG_BLOCKS < nblocks) {
+                stage(sb + SEG_BLOCKS, buf ^ 1);
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+            __syncwarp();
+            const u8* seg = (const u8*)(wsm + (buf * 4 + sel) * SEG_WORDS) + ((size_t)(wrow + (size_t)sb * TS) & 15);
+            int e0 = sb * BS;
+            if constexpr (BS >= 32) {
+                // Whole blocks (k is a multiple of BS, so of 8: no tail).
+                constexpr int EPL = BS / 8;
+                for (int bi = 0; bi < nb; bi++) {
+                    float w[EPL];
+                    if (live) decode_lane<TY>(seg + bi * TS, l, w);
+                    else {
+#pragma unroll
+                        for (int cc = 0; cc < EPL; cc++) w[cc] = 0.f;
+                    }
+                    int eb = e0 + bi * BS + l;
+#pragma unroll
+                    for (int cc = 0; cc < EPL; cc++) {
+#pragma unroll
+                        for (int i = 0; i < TILE; i++) {
+                            int xi = min(t0 + i, n - 1);
+                            acc[i] += x[(size_t)xi * k + eb + 8 * cc] * w[cc];
+                        }
+                    }
+                }
+                continue;
+            }
+            int c_end = min((sb + nb) * BS, chunks * 8) >> 3;
+            int c = e0 >> 3;
+            for (; c + UNROLL <= c_end; c += UNROLL) {
+                float w[UNROLL];
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) w[u] = live ? deq_t<TY>(seg, 8 * (c + u) + l - e0) : 0.f;
+#pragma unroll
+                for (int u = 0; u < UNROLL; u++) {
+#pragma unroll
+                    for (int i = 0; i < TILE; i++) {
+                        int xi = min(t0 + i, n - 1);
+                        acc[i] += x[(size_t)xi * k + 8 * (c + u) + l] * w[u];
+                    }
+                }
+            }
+            for (; c < c_end; c++) {
+                float w = live ? deq_t<TY>(seg, 8 * c + l - e0) : 0.f;
+#pragma unroll
+                for (int i = 0; i < TILE; i++) {
+                    int xi = min(t0 + i, n - 1);
+                    acc[i] += x[(size_t)xi * k + 8 * c + l] * w;
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < TILE; i++) {
+            float p[8];
+#pragma unroll
+            for (int s = 0; s < 8; s++) p[s] = __shfl_sync(0xffffffffu, acc[i], (sel << 3) + s);
+            bool out = l == 0 && live && t0 + i < n;
+            int xi = t0 + i;
+            float v = 0.f;
+            if (out) {
+                float tail = 0.f;
+                for (int j = chunks * 8; j < k; j++) tail += x[(size_t)xi * k + j] * deq_t<TY>(wrow, j);
+                v = reduce8(p, tail);
+            }
+            if constexpr (PAIR) {
+                // Lanes 0 and 8 hold gate rows, lanes 16 and 24 the same up rows.
+                float u = __shfl_down_sync(0xffffffffu, v, 16);
+                if (out && sel < 2) {
+                    y[(size_t)xi * m + r] = v;
+                    y2[(size_t)xi * m + r] = u;
+                    double g = (double)v, f;
+                    if (act == 0) f = g / (1.0 + exp(-g));
+                    else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
+                    y3[(size_t)xi * m + r] = (float)(f * (double)u);
+                }
+            } else {
+                if (out) y[(size_t)xi * m + r] = v;
+            }
+        }
+    }
+}
+
+// Per weight type: matmul_t1_<id> (one activation row, decode), matmul_t8_<id> (tiles of 8
+// rows, prefill), and the fused gate/up/activation gate_up_t1_<id>, gate_up_t8_<id>.
+#define MATMUL_FOR(TY)                                                                          \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_body<TY, 1, 4, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_body<TY, 8, 2, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        gate_up_t1_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
+                        float* a, int n, int k, int m, int act, double c) {                     \
+        matmul_body<TY, 1, 4, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        gate_up_t8_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
+                        float* a, int n, int k, int m, int act, double c) {                     \
+        matmul_body<TY, 8, 2, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
+    }
+MATMUL_FOR(0)
+MATMUL_FOR(1)
+MATMUL_FOR(2)
+MATMUL_FOR(3)
+MATMUL_FOR(6)
+MATMUL_FOR(7)
+MATMUL_FOR(8)
+MATMUL_FOR(10)
+MATMUL_FOR(11)
+MATMUL_FOR(12)
+MATMUL_FOR(13)
+MATMUL_FOR(14)
+MATMUL_FOR(20)
+MATMUL_FOR(23)
+MATMUL_FOR(30)
+
+// Rows `ids` of a quantized table [vocab, cols], dequantized.
+extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* out, int cols,
+                                      int ty, int bs, int ts) {
+    QType t{ty, bs, ts};
+    size_t row_bytes = (size_t)(cols / bs) * ts;
+    const u8* row = table + (size_t)ids[blockIdx.x] * row_bytes;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x)
+        out[(size_t)blockIdx.x * cols + j] = deq_at(t, row, j);
+}
+
+extern "C" __global__ void add_bias(const float* x, const float* bias, float* out, int rows,
+                                    int cols) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < (size_t)rows * cols) out[i] = x[i] + bias[i % cols];
+}
+
+extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void scale(const float* x, float s, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] * s;
+}
+
+// act: 0 = SiLU, 1 = GELU (tanh); in f64 like the reference. `c` = sqrt(2/pi) as the host
+// computed it.
+extern "C" __global__ void act_mul(const float* g, const float* u, float* out, int n, int act,
+                                   double c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double x = (double)g[i];
+    double f;
+    if (act == 0) f = x / (1.0 + exp(-x));
+    else f = 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
+    out[i] = (float)(f * (double)u[i]);
+}
+
+// One block per group of `g` values: f64 sum of squares, scale, times the weight.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int g, float eps) {
+    __shared__ double part[256];
+    const float* xr = x + (size_t)blockIdx.x * g;
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < g; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    double scale = 1.0 / sqrt(part[0] / (double)g + (double)eps);
+    for (int j = threadIdx.x; j < g; j += blockDim.x)
+        out[(size_t)blockIdx.x * g + j] = (float)((double)xr[j] * scale) * w[j];
+}
+
+// out = rope(x): one thread per output element. Element d of a head is rotated with its pair
+// by the host's (cos, sin) of the row's position and pair index, or passes through (d >= n_rot).
+// style 0 = adjacent pairs (2i, 2i+1), 1 = halves (i, i + half).
+extern "C" __global__ void rope(const float* x, float* out, const double* cs, int rows, int cols,
+                                int head_dim, int half, int style) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)rows * cols) return;
+    int r = idx / cols, col = idx % cols;
+    int d = col % head_dim;
+    const float* head = x + idx - d;
+    int n_rot = 2 * half;
+    if (d >= n_rot) {
+        out[idx] = x[idx];
+        return;
+    }
+    int i, a, b;
+    bool first;
+    if (style == 0) {
+        i = d >> 1; a = 2 * i; b = a + 1; first = (d & 1) == 0;
+    } else {
+        i = d < half ? d : d - half; a = i; b = i + half; first = d < half;
+    }
+    double c = cs[((size_t)r * half + i) * 2], s = cs[((size_t)r * half + i) * 2 + 1];
+    double x0 = head[a], x1 = head[b];
+    out[idx] = first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
+}
+
+extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) {
+    const float* src = x + (size_t)rows[blockIdx.x] * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(size_t)blockIdx.x * cols + j] = src[j];
+}
+
+// Row i of k/v to slot slots[i] of the layer whose cache starts at `base` rows.
+extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc,
+                                    const u32* slots, size_t base, int kv_dim) {
+#ifdef FAULT_KV_SKIP_PREFILL
+    if (gridDim.x > 1) return;  // seeded fault: a prompt's K/V never reach the cache
+#endif
+    size_t dst = (base + slots[blockIdx.x]) * kv_dim;
+    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) {
+        kc[dst + j] = k[(size_t)blockIdx.x * kv_dim + j];
+        vc[dst + j] = v[(size_t)blockIdx.x * kv_dim + j];
+    }
+}
+
+// Cache rows at `slots` of one layer, copied out (the k_read / v_read taps).
+extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* out, size_t base,
+                                     int kv_dim) {
+    const float* src = c + (base + slots[blockIdx.x]) * kv_dim;
+    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) out[(size_t)blockIdx.x * kv_dim + j] = src[j];
+}
+
+// Per query row: [slots offset, n_kv, position, score offset, mask offset or -1].
+#define ROW_INFO 5
+
+// One block per (query row, head). Scores (f32, as the reference's `dot * scale`, -inf where
+// masked) go to `scores`; exp(s - max) (f64) to `exps`; probabilities (f64) to `probs`; the
+// output is the f64 probability-weighted sum of V. Each stage reads the buffer the previous one
+// wrote, so the kq / kq_softmax taps copied from `scores` / `probs` are the consumed values.
+extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
+                                     const u32* slots, const int* info, const u8* mask,
+                                     float* scores, double* exps, double* probs, float* out,
+                                     size_t base, int n_heads, int n_kv_heads, int head_dim,
+                                     float scale, int window) {
+    int row = blockIdx.x, h = blockIdx.y;
+    const int* ri = info + row * ROW_INFO;
+    int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
+    size_t off = (size_t)ri[3] + (size_t)h * n_kv;
+    int group = n_heads / n_kv_heads, kh = h / group;
+#ifdef FAULT_WRONG_KV_HEAD
+    kh = h % n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#endif
+    int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+    const float* qh = q + (size_t)row * q_dim + (size_t)h * head_dim;
+    __shared__ float red[256];
+    __shared__ double sum_sh;
+
+    float mx = __int_as_float(0xff800000);
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        bool vis = j <= pos && (window <= 0 || pos - j < window) && (moff < 0 || mask[moff + j]);
+        float s = __int_as_float(0xff800000);
+        if (vis) {
+            const float* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            int ch = head_dim >> 3;
+            for (int c = 0; c < ch; c++)
+#pragma unroll
+                for (int t = 0; t < 8; t++) a[t] += qh[8 * c + t] * kr[8 * c + t];
+            float tail = 0.f;
+            for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kr[d];
+            s = reduce8(a, tail) * scale;
+        }
+        scores[off + j] = s;
+        mx = fmaxf(mx, s);
+    }
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float maxv = red[0];
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) {
+        float s = scores[off + j];
+        exps[off + j] = s == __int_as_float(0xff800000) ? 0.0 : exp((double)s - (double)maxv);
+    }
+    __syncthreads();
+    // The reference sums in key order; one thread does the same.
+    if (threadIdx.x == 0) {
+        double sum = 0.0;
+        for (int j = 0; j < n_kv; j++) sum += exps[off + j];
+        sum_sh = sum;
+    }
+    __syncthreads();
+    double sum = sum_sh;
+    for (int j = threadIdx.x; j < n_kv; j += blockDim.x) probs[off + j] = exps[off + j] / sum;
+    __syncthreads();
+    // Eight keys' slots, probabilities and values are loaded before they are summed (in key
+    // order), so the loads overlap; a zero exp is skipped as the reference skips it.
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        double acc = 0.0;
+        const float* vb = vc + (size_t)kh * head_dim + d;
+        int j = 0;
+        for (; j + 8 <= n_kv; j += 8) {
+            double pv[8];
+            float vv[8];
+            bool zero[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                size_t sl = slots[soff + j + u];
+                zero[u] = exps[off + j + u] == 0.0;
+                pv[u] = probs[off + j + u];
+                vv[u] = vb[(base + sl) * kv_dim];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (!zero[u]) acc += pv[u] * (double)vv[u];
+        }
+        for (; j < n_kv; j++) {
+            if (exps[off + j] == 0.0) continue;
+            acc += probs[off + j] * (double)vb[(base + slots[soff + j]) * kv_dim];
+        }
+        out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc;
+    }
+}

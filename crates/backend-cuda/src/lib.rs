@@ -1,0 +1,1143 @@
+//! The CUDA backend: the same model graph on an NVIDIA GPU.
+//!
+//! Weights are uploaded once in their GGUF quant formats and decoded inside the kernels
+//! (`kernels.cu`), which NVRTC compiles at run time to a CUBIN for the device's architecture;
+//! the CUBIN is cached on disk (`compile.rs`). The CUDA libraries are opened at run time, so
+//! this crate builds everywhere, and without a driver [`CudaBackend::new`] returns a clear
+//! error instead of failing to link.
+//!
+//! Numerics follow the reference backend: every dot product keeps the reference's eight
+//! interleaved f32 partial sums and its reduction tree, element by element, and the kernels are
+//! compiled without FMA contraction; norms, activations, softmax and the attention sum run in
+//! f64 as the reference's do. Only the f64 `exp`/`tanh` of the device library may differ from
+//! the host's by an ulp before the final rounding to f32.
+//!
+//! Taps: the attention kernel writes its scores and probabilities to device buffers and reads
+//! them back for the next stage, so `kq` and `kq_softmax` are copies of the values consumed
+//! (nothing is hidden). `k_read`/`v_read` are copies of the cache rows the kernel read. Copies
+//! are made only when an observer asks for the tap.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
+};
+use lockstep_graph::{
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
+    RopeStyle, Taps, WeightView,
+};
+
+pub mod compile;
+pub mod plan;
+
+/// Seeded faults of the CUDA kernels (builds with the `faults` feature): name, the macro that
+/// turns it on in `kernels.cu`, and the real bug class it stands for.
+pub const FAULTS: &[(&str, &str, &str)] = &[
+    (
+        "kv-skip-prefill",
+        "FAULT_KV_SKIP_PREFILL",
+        "a batched (prefill) kv_store writes nothing: the prompt's K/V never reach the cache",
+    ),
+    (
+        "wrong-kv-head",
+        "FAULT_WRONG_KV_HEAD",
+        "query head h reads KV head h % n_kv instead of h / group",
+    ),
+    (
+        "q4k-wrong-scale",
+        "FAULT_Q4K_WRONG_SCALE",
+        "Q4_K decoding in the matmul takes the neighbouring sub-block's scale and min",
+    ),
+];
+
+/// The fault `LOCKSTEP_CUDA_FAULT` names, in builds with the `faults` feature.
+#[cfg(feature = "faults")]
+fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> {
+    let Some(v) = std::env::var_os("LOCKSTEP_CUDA_FAULT") else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    match FAULTS.iter().find(|f| f.0 == v) {
+        Some(f) => Ok(Some((f.0, f.1))),
+        None => Err(unavailable(format!(
+            "unknown fault `{v}` in LOCKSTEP_CUDA_FAULT (known: {})",
+            FAULTS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+#[cfg(not(feature = "faults"))]
+fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> {
+    Ok(None)
+}
+
+use plan::{AttnPlan, QuantDesc};
+
+/// The kernel source, compiled by NVRTC at run time.
+pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
+
+/// An activation on the device: `[rows, cols]` f32, row-major. Its buffer goes back to the
+/// backend's pool when it is dropped.
+pub struct CudaTensor {
+    buf: Option<CudaSlice<f32>>,
+    rows: usize,
+    cols: usize,
+    pool: Arc<Mutex<Pool>>,
+}
+
+impl Drop for CudaTensor {
+    fn drop(&mut self) {
+        if let (Some(b), Ok(mut p)) = (self.buf.take(), self.pool.lock()) {
+            p.give(b);
+        }
+    }
+}
+
+/// Device buffers of finished tensors, by length, for reuse: an allocation and a free per op
+/// cost more host time than small kernels take on the GPU. Reuse is safe because everything
+/// runs in order on one stream: a kernel that writes a reused buffer is queued after every
+/// kernel that read it.
+#[derive(Default)]
+pub struct Pool {
+    free: std::collections::HashMap<usize, Vec<CudaSlice<f32>>>,
+    bytes: usize,
+}
+
+impl Pool {
+    /// At most this much memory is kept for reuse.
+    const MAX_BYTES: usize = 1 << 30;
+
+    fn take(&mut self, n: usize) -> Option<CudaSlice<f32>> {
+        let b = self.free.get_mut(&n)?.pop()?;
+        self.bytes -= n * 4;
+        Some(b)
+    }
+
+    fn give(&mut self, b: CudaSlice<f32>) {
+        let n = b.len();
+        if self.bytes + n * 4 <= Self::MAX_BYTES {
+            self.bytes += n * 4;
+            self.free.entry(n).or_default().push(b);
+        }
+    }
+}
+
+impl CudaTensor {
+    fn buf(&self) -> &CudaSlice<f32> {
+        match &self.buf {
+            Some(b) => b,
+            None => unreachable!("the buffer is taken only on drop"),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+}
+
+/// A weight on the device in its GGUF encoding; vectors (norm weights, biases) also as f32.
+pub struct CudaWeight {
+    desc: QuantDesc,
+    rows: usize,
+    cols: usize,
+    data: CudaSlice<u8>,
+    vector: Option<CudaSlice<f32>>,
+}
+
+/// The paged KV cache in device memory: `[layer][slot][kv_dim]` f32 for K and for V, the same
+/// slot arithmetic as every backend (the engine computes slots).
+pub struct CudaKvCache {
+    layout: KvLayout,
+    k: CudaSlice<f32>,
+    v: CudaSlice<f32>,
+}
+
+struct Kernels {
+    /// Per weight type (GGUF id): the decode (one row) and prefill (tiles of 8) matmuls.
+    matmul: Vec<(i32, CudaFunction, CudaFunction)>,
+    /// Per weight type: the fused gate/up/activation, decode and prefill.
+    gate_up: Vec<(i32, CudaFunction, CudaFunction)>,
+    embed_rows: CudaFunction,
+    add_bias: CudaFunction,
+    add: CudaFunction,
+    scale: CudaFunction,
+    act_mul: CudaFunction,
+    rms_norm: CudaFunction,
+    rope: CudaFunction,
+    gather_rows: CudaFunction,
+    kv_store: CudaFunction,
+    kv_gather: CudaFunction,
+    attention: CudaFunction,
+}
+
+/// Device copies of host tables, reused while the host table is unchanged (every layer of a
+/// step uses the same positions, slots and masks).
+#[derive(Default)]
+struct Uploads {
+    rope: Option<(Vec<u32>, usize, u32, CudaSlice<f64>)>,
+    slots: Option<(Vec<u32>, CudaSlice<u32>)>,
+    attn: Option<(AttnPlan, AttnDev)>,
+}
+
+struct AttnDev {
+    info: CudaSlice<i32>,
+    slots: CudaSlice<u32>,
+    mask: CudaSlice<u8>,
+}
+
+/// Attention's score buffers, grown on demand.
+struct Scores {
+    scores: CudaSlice<f32>,
+    exps: CudaSlice<f64>,
+    probs: CudaSlice<f64>,
+}
+
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    k: Kernels,
+    device: String,
+    /// `cuda`, or `cuda[FAULT]` with a seeded fault.
+    name: String,
+    /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
+    pub kernel_origin: &'static str,
+    uploads: RefCell<Uploads>,
+    scores: RefCell<Option<Scores>>,
+    pool: Arc<Mutex<Pool>>,
+    /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
+    profile: Option<RefCell<ProfileTable>>,
+}
+
+type ProfileTable = (std::time::Instant, Vec<(&'static str, f64, usize)>);
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profile {
+            let p = p.borrow();
+            let total: f64 = p.1.iter().map(|e| e.1).sum();
+            eprintln!("cuda profile (synchronized after every op):");
+            for (op, t, n) in &p.1 {
+                eprintln!(
+                    "  {op:<12} {:>10.3} ms {:>5.1}% {n:>8} calls {:>8.1} us/call",
+                    t * 1e3,
+                    100.0 * t / total.max(1e-12),
+                    t * 1e6 / *n as f64
+                );
+            }
+        }
+    }
+}
+
+/// Whether the CUDA driver library can be loaded on this machine (says nothing about GPUs).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the shared library by name.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+fn unavailable(why: impl Into<String>) -> BackendError {
+    BackendError::Unavailable {
+        backend: "cuda".into(),
+        why: why.into(),
+    }
+}
+
+/// A device failure inside an op whose signature has no error path (the `Backend` trait's
+/// tensor ops). These are not consequences of input (shapes and indices are checked on the
+/// host first) but of the device: out of memory, a lost context.
+#[track_caller]
+fn device_failure(op: &str, e: impl std::fmt::Display) -> ! {
+    panic!("cuda backend: {op} failed on the device: {e}")
+}
+
+impl CudaBackend {
+    /// Opens GPU 0, compiles (or loads from the cache) the kernels. Without a CUDA driver, NVRTC
+    /// or a GPU, a clear [`BackendError::Unavailable`].
+    pub fn new() -> Result<CudaBackend, BackendError> {
+        // SAFETY: only tries to open the shared libraries by name.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(unavailable(
+                "no CUDA driver: libcuda.so could not be loaded (an NVIDIA GPU and its driver are needed)",
+            ));
+        }
+        // SAFETY: as above.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(unavailable(
+                "NVRTC (libnvrtc.so) could not be loaded; it compiles the kernels at run time",
+            ));
+        }
+        let ctx = CudaContext::new(0).map_err(|e| unavailable(format!("no usable GPU: {e}")))?;
+        // SAFETY: one stream is used for everything, so the cross-stream event bookkeeping this
+        // turns off is never needed.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| unavailable(format!("creating a stream: {e}")))?;
+        let device = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let (maj, min) = ctx
+            .compute_capability()
+            .map_err(|e| unavailable(format!("compute capability: {e}")))?;
+        let arch = compile::arch_name(maj, min);
+        let nv = compile::nvrtc_version().map_err(unavailable)?;
+        let fault = seeded_fault()?;
+        let define = fault.map(|f| format!("-D{}", f.1));
+        let mut options: Vec<&str> = compile::NVRTC_OPTIONS.to_vec();
+        options.extend(define.as_deref());
+        let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
+        let dir = compile::cache_dir();
+        let (cubin, kernel_origin) =
+            match dir.as_deref().and_then(|d| compile::load_cached(d, &key)) {
+                Some(c) => (c, "cache"),
+                None => {
+                    let c = compile::nvrtc_cubin(KERNEL_SOURCE, &arch, &options)
+                        .map_err(unavailable)?;
+                    if let Some(d) = &dir {
+                        compile::store_cached(d, &key, &c);
+                    }
+                    (c, "nvrtc")
+                }
+            };
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(|e| unavailable(format!("loading the kernels for {arch}: {e}")))?;
+        let f = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| unavailable(format!("kernel {name}: {e}")))
+        };
+        let mut matmul = Vec::new();
+        let mut gate_up = Vec::new();
+        for &ty in plan::SUPPORTED {
+            let id = ty.id();
+            matmul.push((
+                id as i32,
+                f(&format!("matmul_t1_{id}"))?,
+                f(&format!("matmul_t8_{id}"))?,
+            ));
+            gate_up.push((
+                id as i32,
+                f(&format!("gate_up_t1_{id}"))?,
+                f(&format!("gate_up_t8_{id}"))?,
+            ));
+        }
+        let k = Kernels {
+            matmul,
+            gate_up,
+            embed_rows: f("embed_rows")?,
+            add_bias: f("add_bias")?,
+            add: f("add")?,
+            scale: f("scale")?,
+            act_mul: f("act_mul")?,
+            rms_norm: f("rms_norm")?,
+            rope: f("rope")?,
+            gather_rows: f("gather_rows")?,
+            kv_store: f("kv_store")?,
+            kv_gather: f("kv_gather")?,
+            attention: f("attention")?,
+        };
+        Ok(CudaBackend {
+            ctx,
+            stream,
+            k,
+            device,
+            name: match fault {
+                Some((f, _)) => format!("cuda[{f}]"),
+                None => "cuda".into(),
+            },
+            kernel_origin,
+            uploads: RefCell::default(),
+            scores: RefCell::new(None),
+            pool: Arc::default(),
+            profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
+                .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
+        })
+    }
+
+    /// The GPU's name, as the driver reports it.
+    pub fn device_name(&self) -> &str {
+        &self.device
+    }
+
+    /// Device memory in use on the GPU (all processes), bytes: total minus free.
+    pub fn memory_used(&self) -> Option<usize> {
+        self.ctx
+            .mem_get_info()
+            .ok()
+            .map(|(free, total)| total - free)
+    }
+
+    /// Waits for every queued kernel (for timing).
+    pub fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream
+            .synchronize()
+            .map_err(|e| BackendError::Other(format!("cuda: {e}")))
+    }
+
+    /// An output buffer the next kernel writes completely (every op's kernel writes every
+    /// element of its output). Left uninitialized: a zeroing memset would be one more launch
+    /// per op, and decode of small models is bound by launches.
+    /// An f32 output buffer, from the pool when one of that length is free (see [`Self::alloc`]).
+    fn alloc_f32(&self, op: &str, n: usize) -> CudaSlice<f32> {
+        let n = n.max(1);
+        if let Some(b) = self.pool.lock().ok().and_then(|mut p| p.take(n)) {
+            return b;
+        }
+        self.alloc::<f32>(op, n)
+    }
+
+    fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, op: &str, n: usize) -> CudaSlice<T> {
+        // SAFETY: device memory of plain numbers; every kernel writes all of its output before
+        // anything reads it (and a zero-sized op launches nothing and reads nothing).
+        unsafe { self.stream.alloc::<T>(n.max(1)) }.unwrap_or_else(|e| device_failure(op, e))
+    }
+
+    fn upload<T: DeviceRepr>(&self, op: &str, v: &[T]) -> Result<CudaSlice<T>, BackendError> {
+        if v.is_empty() {
+            // SAFETY: a one-element allocation nobody reads (kernels index by the lengths passed).
+            return unsafe { self.stream.alloc::<T>(1) }
+                .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")));
+        }
+        self.stream
+            .clone_htod(v)
+            .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")))
+    }
+
+    fn tensor(
+        &self,
+        op: &'static str,
+        buf: CudaSlice<f32>,
+        rows: usize,
+        cols: usize,
+    ) -> CudaTensor {
+        self.mark(op);
+        CudaTensor {
+            buf: Some(buf),
+            rows,
+            cols,
+            pool: self.pool.clone(),
+        }
+    }
+
+    /// With `LOCKSTEP_CUDA_PROFILE` set: waits for the GPU and charges the time since the
+    /// previous mark to `op` (a diagnostic; it serializes host and device).
+    fn mark(&self, op: &'static str) {
+        let Some(prof) = &self.profile else { return };
+        let _ = self.stream.synchronize();
+        let mut p = prof.borrow_mut();
+        let now = std::time::Instant::now();
+        let dt = (now - p.0).as_secs_f64();
+        p.0 = now;
+        match p.1.iter_mut().find(|e| e.0 == op) {
+            Some(e) => {
+                e.1 += dt;
+                e.2 += 1;
+            }
+            None => p.1.push((op, dt, 1)),
+        }
+    }
+
+    fn elementwise(&self, op: &str, n: usize) -> LaunchConfig {
+        let _ = op;
+        LaunchConfig {
+            grid_dim: (plan::blocks_for(n, 256), 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    fn vector<'w>(&self, w: &'w CudaWeight, op: &str) -> &'w CudaSlice<f32> {
+        match &w.vector {
+            Some(v) => v,
+            // The model graph passes vectors here; a matrix is a programming error.
+            None => panic!(
+                "cuda {op}: weight of {} x {} is not a vector",
+                w.rows, w.cols
+            ),
+        }
+    }
+
+    fn slots_on_device(&self, slots: &[u32]) -> Result<(), BackendError> {
+        let mut up = self.uploads.borrow_mut();
+        if up.slots.as_ref().is_some_and(|(s, _)| s == slots) {
+            return Ok(());
+        }
+        let d = self.upload("kv_store slots", slots)?;
+        up.slots = Some((slots.to_vec(), d));
+        Ok(())
+    }
+
+    fn attn_on_device(&self, p: AttnPlan) -> Result<(), BackendError> {
+        let mut up = self.uploads.borrow_mut();
+        if up.attn.as_ref().is_some_and(|(q, _)| *q == p) {
+            return Ok(());
+        }
+        let dev = AttnDev {
+            info: self.upload("attention rows", &p.info)?,
+            slots: self.upload("attention slots", &p.slots)?,
+            mask: self.upload("attention mask", &p.mask)?,
+        };
+        up.attn = Some((p, dev));
+        Ok(())
+    }
+
+    fn ensure_scores(&self, n: usize) {
+        let mut s = self.scores.borrow_mut();
+        if s.as_ref().is_some_and(|s| s.scores.len() >= n) {
+            return;
+        }
+        let n = n.max(1).next_power_of_two();
+        *s = Some(Scores {
+            scores: self.alloc("attention scores", n),
+            exps: self.alloc("attention scores", n),
+            probs: self.alloc("attention scores", n),
+        });
+    }
+
+    fn host_f32(&self, what: &str, buf: &CudaSlice<f32>, n: usize) -> Vec<f32> {
+        let mut v = self
+            .stream
+            .clone_dtoh(buf)
+            .unwrap_or_else(|e| device_failure(what, e));
+        v.truncate(n);
+        v
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type KvCache = CudaKvCache;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn load_weight(&self, w: WeightView<'_>) -> Result<CudaWeight, BackendError> {
+        let bad = |why: String| BackendError::Weight {
+            name: w.name.to_string(),
+            why,
+        };
+        let desc = plan::quant_desc(w.ty).ok_or_else(|| {
+            bad(format!(
+                "type {} is not supported by the cuda backend",
+                w.ty
+            ))
+        })?;
+        let n: u64 = w.dims.iter().product();
+        let cols = w.dims.first().copied().unwrap_or(1) as usize;
+        if cols == 0 || !cols.is_multiple_of(desc.block as usize) {
+            return Err(bad(format!(
+                "rows of {cols} values are not whole {} blocks of {}",
+                w.ty, desc.block
+            )));
+        }
+        if i32::try_from(cols).is_err() {
+            return Err(bad(format!("rows of {cols} values are too long")));
+        }
+        let rows = (n as usize) / cols;
+        let expected = rows * (cols / desc.block as usize) * desc.bytes as usize;
+        if w.data.len() != expected {
+            return Err(bad(format!(
+                "{} bytes for {rows} x {cols} {} (expected {expected})",
+                w.data.len(),
+                w.ty
+            )));
+        }
+        // Padded: the matmul stages rows with aligned 16-byte loads.
+        let mut padded = Vec::with_capacity(w.data.len() + plan::WEIGHT_PAD);
+        padded.extend_from_slice(w.data);
+        padded.resize(w.data.len() + plan::WEIGHT_PAD, 0);
+        let data = self.upload(w.name, &padded)?;
+        drop(padded);
+        let vector = if rows == 1 {
+            let v =
+                lockstep_quant::dequantize(w.ty, w.data, cols).map_err(|e| bad(e.to_string()))?;
+            Some(self.upload(w.name, &v)?)
+        } else {
+            None
+        };
+        Ok(CudaWeight {
+            desc,
+            rows,
+            cols,
+            data,
+            vector,
+        })
+    }
+
+    fn alloc_kv(&self, layout: KvLayout) -> Result<CudaKvCache, BackendError> {
+        let n = layout
+            .n_layers
+            .checked_mul(layout.n_slots())
+            .and_then(|n| n.checked_mul(layout.kv_dim))
+            .ok_or_else(|| BackendError::Kv(format!("layout {layout:?} overflows")))?;
+        let alloc = |what: &str| {
+            self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| {
+                BackendError::Kv(format!("allocating {what} ({n} floats) on the GPU: {e}"))
+            })
+        };
+        Ok(CudaKvCache {
+            layout,
+            k: alloc("K")?,
+            v: alloc("V")?,
+        })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> HostTensor {
+        let v = self.host_f32("to_host", t.buf(), t.rows * t.cols);
+        self.mark("to_host");
+        HostTensor::matrix(t.rows, t.cols, v)
+    }
+
+    fn embed(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor, BackendError> {
+        for (row, &id) in ids.iter().enumerate() {
+            if id as usize >= table.rows {
+                return Err(BackendError::TokenOutOfRange {
+                    id,
+                    row,
+                    vocab: table.rows,
+                });
+            }
+        }
+        let d_ids = self.upload("embed ids", ids)?;
+        let mut out = self.alloc_f32("embed", ids.len() * table.cols);
+        if !ids.is_empty() {
+            let cols = table.cols as i32;
+            let d = table.desc;
+            let mut b = self.stream.launch_builder(&self.k.embed_rows);
+            b.arg(&table.data)
+                .arg(&d_ids)
+                .arg(&mut out)
+                .arg(&cols)
+                .arg(&d.id)
+                .arg(&d.block)
+                .arg(&d.bytes);
+            let cfg = LaunchConfig {
+                grid_dim: (ids.len() as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `ids` were checked against the table's rows; `out` holds ids x cols.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| BackendError::Other(format!("cuda embed: {e}")))?;
+        }
+        Ok(self.tensor("embed", out, ids.len(), table.cols))
+    }
+
+    fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> CudaTensor {
+        assert_eq!(
+            x.cols, w.cols,
+            "matmul: x has {} columns, weight rows have {}",
+            x.cols, w.cols
+        );
+        let (n, k, m) = (x.rows, x.cols, w.rows);
+        let mut out = self.alloc_f32("matmul", n * m);
+        if n > 0 && m > 0 {
+            let (gx, gy) = plan::matmul_grid(n, m);
+            let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
+                unreachable!("load_weight admits only types with kernels")
+            };
+            let f = if n == 1 { t1 } else { t8 };
+            let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.data)
+                .arg(x.buf())
+                .arg(&mut out)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::MATMUL_THREADS, 1, 1),
+                shared_mem_bytes: plan::MATMUL_SMEM_BYTES,
+            };
+            // SAFETY: x is n x k, the weight m rows of k encoded values, out n x m (checked).
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
+        }
+        self.tensor("matmul", out, n, m)
+    }
+
+    /// One kernel for `gate = x Wg^T`, `up = x Wu^T` and `act(gate) * up` when both weights
+    /// have one type and shape: each warp decodes two rows of each, the activation is applied
+    /// as the two dots finish. Every value is bitwise what `matmul` and `act_mul` give.
+    fn gate_up_act(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        act: Activation,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        let fused = self
+            .k
+            .gate_up
+            .iter()
+            .find(|(id, _, _)| *id == gate.desc.id)
+            .filter(|_| gate.desc == up.desc && gate.rows == up.rows && gate.cols == up.cols);
+        let Some((_, t1, t8)) = fused else {
+            let g = self.matmul(x, gate);
+            let u = self.matmul(x, up);
+            let a = self.act_mul(&g, &u, act);
+            return (g, u, a);
+        };
+        assert_eq!(
+            x.cols, gate.cols,
+            "gate_up_act: x has {} columns, weight rows have {}",
+            x.cols, gate.cols
+        );
+        let (n, k, m) = (x.rows, x.cols, gate.rows);
+        let mut g = self.alloc_f32("gate_up_act", n * m);
+        let mut u = self.alloc_f32("gate_up_act", n * m);
+        let mut a = self.alloc_f32("gate_up_act", n * m);
+        if n > 0 && m > 0 {
+            let (gx, gy) = plan::gate_up_grid(n, m);
+            let f = if n == 1 { t1 } else { t8 };
+            let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+            let ai: i32 = match act {
+                Activation::Silu => 0,
+                Activation::GeluTanh => 1,
+            };
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&gate.data)
+                .arg(&up.data)
+                .arg(x.buf())
+                .arg(&mut g)
+                .arg(&mut u)
+                .arg(&mut a)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&ai)
+                .arg(&c);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::MATMUL_THREADS, 1, 1),
+                shared_mem_bytes: plan::MATMUL_SMEM_BYTES,
+            };
+            // SAFETY: x is n x k; both weights m rows of k encoded values (checked equal);
+            // the three outputs n x m.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("gate_up_act", e));
+        }
+        (
+            self.tensor("gate_up_act", g, n, m),
+            self.tensor("gate_up_act", u, n, m),
+            self.tensor("gate_up_act", a, n, m),
+        )
+    }
+
+    fn add_bias(&self, x: &CudaTensor, bias: &CudaWeight) -> CudaTensor {
+        assert_eq!(x.cols, bias.cols, "bias length");
+        let v = self.vector(bias, "add_bias");
+        let n = x.rows * x.cols;
+        let mut out = self.alloc_f32("add_bias", n);
+        let (r, c) = (x.rows as i32, x.cols as i32);
+        let mut b = self.stream.launch_builder(&self.k.add_bias);
+        b.arg(x.buf()).arg(v).arg(&mut out).arg(&r).arg(&c);
+        // SAFETY: one thread per element of x, bias of x.cols.
+        unsafe { b.launch(self.elementwise("add_bias", n)) }
+            .unwrap_or_else(|e| device_failure("add_bias", e));
+        self.tensor("add_bias", out, x.rows, x.cols)
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, weight: &CudaWeight, eps: f32) -> CudaTensor {
+        let g = weight.cols;
+        assert!(
+            g > 0 && weight.rows == 1 && x.cols.is_multiple_of(g),
+            "rms_norm group {g} vs {} columns",
+            x.cols
+        );
+        let v = self.vector(weight, "rms_norm");
+        let groups = x.rows * x.cols / g;
+        let mut out = self.alloc_f32("rms_norm", x.rows * x.cols);
+        if groups > 0 {
+            let gi = g as i32;
+            let mut b = self.stream.launch_builder(&self.k.rms_norm);
+            b.arg(x.buf()).arg(v).arg(&mut out).arg(&gi).arg(&eps);
+            let cfg = LaunchConfig {
+                grid_dim: (groups as u32, 1, 1),
+                // The kernel's reduction assumes a power of two <= 256.
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: one block per group of g values; weight has g values.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("rms_norm", e));
+        }
+        self.tensor("rms_norm", out, x.rows, x.cols)
+    }
+
+    fn add(&self, a: &CudaTensor, b: &CudaTensor) -> CudaTensor {
+        assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
+        let n = a.rows * a.cols;
+        let mut out = self.alloc_f32("add", n);
+        let ni = n as i32;
+        let mut l = self.stream.launch_builder(&self.k.add);
+        l.arg(a.buf()).arg(b.buf()).arg(&mut out).arg(&ni);
+        // SAFETY: three buffers of n floats.
+        unsafe { l.launch(self.elementwise("add", n)) }
+            .unwrap_or_else(|e| device_failure("add", e));
+        self.tensor("add", out, a.rows, a.cols)
+    }
+
+    fn scale(&self, x: &CudaTensor, s: f32) -> CudaTensor {
+        let n = x.rows * x.cols;
+        let mut out = self.alloc_f32("scale", n);
+        let ni = n as i32;
+        let mut l = self.stream.launch_builder(&self.k.scale);
+        l.arg(x.buf()).arg(&s).arg(&mut out).arg(&ni);
+        // SAFETY: two buffers of n floats.
+        unsafe { l.launch(self.elementwise("scale", n)) }
+            .unwrap_or_else(|e| device_failure("scale", e));
+        self.tensor("scale", out, x.rows, x.cols)
+    }
+
+    fn act_mul(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> CudaTensor {
+        assert!(
+            gate.rows == up.rows && gate.cols == up.cols,
+            "act_mul: shapes differ"
+        );
+        let n = gate.rows * gate.cols;
+        let mut out = self.alloc_f32("act_mul", n);
+        let ni = n as i32;
+        let a: i32 = match act {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        };
+        // The reference's constant, computed by the same host expression.
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let mut l = self.stream.launch_builder(&self.k.act_mul);
+        l.arg(gate.buf())
+            .arg(up.buf())
+            .arg(&mut out)
+            .arg(&ni)
+            .arg(&a)
+            .arg(&c);
+        // SAFETY: three buffers of n floats.
+        unsafe { l.launch(self.elementwise("act_mul", n)) }
+            .unwrap_or_else(|e| device_failure("act_mul", e));
+        self.tensor("act_mul", out, gate.rows, gate.cols)
+    }
+
+    fn rope(&self, x: &CudaTensor, positions: &[u32], p: RopeParams) -> CudaTensor {
+        assert_eq!(x.rows, positions.len(), "rope: one position per row");
+        assert!(
+            p.head_dim > 0 && x.cols.is_multiple_of(p.head_dim) && p.n_rot <= p.head_dim,
+            "rope: columns are whole heads"
+        );
+        let n = x.rows * x.cols;
+        let mut out = self.alloc_f32("rope", n);
+        let half = p.n_rot / 2;
+        if n == 0 {
+            return self.tensor("rope", out, x.rows, x.cols);
+        }
+        let mut up = self.uploads.borrow_mut();
+        let fresh = !up.rope.as_ref().is_some_and(|(pos, nr, base, _)| {
+            pos == positions && *nr == p.n_rot && *base == p.base.to_bits()
+        });
+        if fresh {
+            let table = plan::rope_table(positions, p.n_rot, p.base);
+            let d = self
+                .upload("rope table", &table)
+                .unwrap_or_else(|e| device_failure("rope", e));
+            up.rope = Some((positions.to_vec(), p.n_rot, p.base.to_bits(), d));
+        }
+        let Some((_, _, _, table)) = &up.rope else {
+            unreachable!("set above")
+        };
+        let (r, c, hd, h) = (x.rows as i32, x.cols as i32, p.head_dim as i32, half as i32);
+        let style: i32 = match p.style {
+            RopeStyle::Norm => 0,
+            RopeStyle::Neox => 1,
+        };
+        let mut l = self.stream.launch_builder(&self.k.rope);
+        l.arg(x.buf())
+            .arg(&mut out)
+            .arg(table)
+            .arg(&r)
+            .arg(&c)
+            .arg(&hd)
+            .arg(&h)
+            .arg(&style);
+        // SAFETY: one thread per element of x (rows x cols); the table has rows x half pairs.
+        unsafe { l.launch(self.elementwise("rope", n)) }
+            .unwrap_or_else(|e| device_failure("rope", e));
+        drop(up);
+        self.tensor("rope", out, x.rows, x.cols)
+    }
+
+    fn select_rows(&self, x: &CudaTensor, rows: &[usize]) -> CudaTensor {
+        let idx: Vec<u32> = rows
+            .iter()
+            .map(|&r| {
+                assert!(r < x.rows, "select_rows: row {r} of {}", x.rows);
+                r as u32
+            })
+            .collect();
+        let mut out = self.alloc_f32("select_rows", rows.len() * x.cols);
+        if !rows.is_empty() {
+            let d = self
+                .upload("select_rows", &idx)
+                .unwrap_or_else(|e| device_failure("select_rows", e));
+            let c = x.cols as i32;
+            let mut l = self.stream.launch_builder(&self.k.gather_rows);
+            l.arg(x.buf()).arg(&d).arg(&mut out).arg(&c);
+            let cfg = LaunchConfig {
+                grid_dim: (rows.len() as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: every index was checked < x.rows.
+            unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("select_rows", e));
+        }
+        self.tensor("select_rows", out, rows.len(), x.cols)
+    }
+
+    fn kv_store(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let l = cache.layout;
+        let d = l.kv_dim;
+        if k.cols != d || v.cols != d || k.rows != batch.slots.len() || v.rows != k.rows {
+            return Err(BackendError::Kv(format!(
+                "kv_store: K [{}, {}] / V [{}, {}] for {} slots of width {d}",
+                k.rows,
+                k.cols,
+                v.rows,
+                v.cols,
+                batch.slots.len()
+            )));
+        }
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= l.n_slots()) {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} slot {s} outside the cache ({} layers x {} slots)",
+                l.n_layers,
+                l.n_slots()
+            )));
+        }
+        if batch.slots.is_empty() {
+            return Ok(());
+        }
+        self.slots_on_device(&batch.slots)?;
+        let up = self.uploads.borrow();
+        let Some((_, slots)) = &up.slots else {
+            unreachable!("uploaded above")
+        };
+        let base = layer * l.n_slots();
+        let di = d as i32;
+        let mut b = self.stream.launch_builder(&self.k.kv_store);
+        b.arg(k.buf())
+            .arg(v.buf())
+            .arg(&mut cache.k)
+            .arg(&mut cache.v)
+            .arg(slots)
+            .arg(&base)
+            .arg(&di);
+        let cfg = LaunchConfig {
+            grid_dim: (batch.slots.len() as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: layer and every slot were checked against the layout.
+        unsafe { b.launch(cfg) }.map_err(|e| BackendError::Kv(format!("cuda kv_store: {e}")))?;
+        drop(up);
+        self.mark("kv_store");
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        cache: &CudaKvCache,
+        layer: usize,
+        q: &CudaTensor,
+        batch: &Batch,
+        p: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<CudaTensor, BackendError> {
+        let hd = p.head_dim;
+        let q_dim = p.n_heads * hd;
+        let kv_dim = p.n_kv_heads * hd;
+        let l = cache.layout;
+        if q.cols != q_dim
+            || kv_dim != l.kv_dim
+            || p.n_kv_heads == 0
+            || !p.n_heads.is_multiple_of(p.n_kv_heads)
+        {
+            return Err(BackendError::Kv(format!(
+                "attention: q has {} columns for {} heads of {hd} ({} KV heads); cache rows are {} wide",
+                q.cols, p.n_heads, p.n_kv_heads, l.kv_dim
+            )));
+        }
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        let plan = plan::attention_plan(batch, q.rows, p.n_heads, l.n_slots())?;
+        let (n_scores, n_keys) = (plan.n_scores, plan.n_keys);
+        self.attn_on_device(plan)?;
+        self.ensure_scores(n_scores);
+        let mut out = self.alloc_f32("attention", q.rows * q_dim);
+        let base = layer * l.n_slots();
+        let up = self.uploads.borrow();
+        let Some((_, dev)) = &up.attn else {
+            unreachable!("uploaded above")
+        };
+        let mut sc = self.scores.borrow_mut();
+        let Some(s) = sc.as_mut() else {
+            unreachable!("allocated above")
+        };
+        if q.rows > 0 {
+            let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
+            let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+            let mut b = self.stream.launch_builder(&self.k.attention);
+            b.arg(q.buf())
+                .arg(&cache.k)
+                .arg(&cache.v)
+                .arg(&dev.slots)
+                .arg(&dev.info)
+                .arg(&dev.mask)
+                .arg(&mut s.scores)
+                .arg(&mut s.exps)
+                .arg(&mut s.probs)
+                .arg(&mut out)
+                .arg(&base)
+                .arg(&nh)
+                .arg(&nkh)
+                .arg(&hdi)
+                .arg(&p.scale)
+                .arg(&window);
+            let cfg = LaunchConfig {
+                grid_dim: (q.rows as u32, p.n_heads as u32, 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the plan checked every slot against the cache, every row's sequence and
+            // mask; the score buffers hold n_scores values.
+            unsafe { b.launch(cfg) }
+                .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
+        }
+        if taps.active() {
+            let gather = |c: &CudaSlice<f32>| -> HostTensor {
+                let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
+                if n_keys > 0 {
+                    let di = kv_dim as i32;
+                    let mut b = self.stream.launch_builder(&self.k.kv_gather);
+                    b.arg(c).arg(&dev.slots).arg(&mut o).arg(&base).arg(&di);
+                    let cfg = LaunchConfig {
+                        grid_dim: (n_keys as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    // SAFETY: the slots were checked by the plan; o holds n_keys rows.
+                    unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("k_read tap", e));
+                }
+                HostTensor::matrix(
+                    n_keys,
+                    kv_dim,
+                    self.host_f32("k_read tap", &o, n_keys * kv_dim),
+                )
+            };
+            taps.emit_layer(layer, "k_read", || gather(&cache.k));
+            taps.emit_layer(layer, "v_read", || gather(&cache.v));
+            taps.emit_layer(layer, "kq", || {
+                HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
+            });
+            taps.emit_layer(layer, "kq_softmax", || {
+                let mut v = self
+                    .stream
+                    .clone_dtoh(&s.probs)
+                    .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
+                v.truncate(n_scores);
+                HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
+            });
+        }
+        drop(sc);
+        drop(up);
+        Ok(self.tensor("attention", out, q.rows, q_dim))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_new_fails_with_a_clear_message() {
+        // SAFETY: only probes for the library.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            // A machine with a driver: the GPU path is checked on the device instead.
+            return;
+        }
+        let e = match CudaBackend::new() {
+            Ok(_) => panic!("a backend without a driver"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("cuda backend") && e.contains("libcuda"), "{e}");
+    }
+
+    #[test]
+    fn kernel_source_declares_every_kernel_the_host_loads() {
+        for &ty in plan::SUPPORTED {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("MATMUL_FOR({})", ty.id())),
+                "{ty}"
+            );
+        }
+        for name in [
+            "embed_rows",
+            "add_bias",
+            "add",
+            "scale",
+            "act_mul",
+            "rms_norm",
+            "rope",
+            "gather_rows",
+            "kv_store",
+            "kv_gather",
+            "attention",
+        ] {
+            let decl = format!("__global__ void {name}(");
+            assert!(KERNEL_SOURCE.contains(&decl), "{name}");
+        }
+        // Every supported type has a case in the device decoder.
+        for &ty in plan::SUPPORTED {
+            let id = ty.id();
+            let line = KERNEL_SOURCE
+                .lines()
+                .find(|l| l.starts_with("#define T_") && l.ends_with(&format!(" {id}")));
+            assert!(line.is_some(), "{ty}: no type id {id} in kernels.cu");
+            let macro_name = line.unwrap().split_whitespace().nth(1).unwrap();
+            assert!(
+                KERNEL_SOURCE.contains(&format!("case {macro_name}:")),
+                "{ty}: no decoder case"
+            );
+        }
+        // The shared-memory layout the host sizes is the kernel's.
+        assert!(KERNEL_SOURCE.contains("#define SEG_BYTES 1024"));
+        assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));
+        // Every seeded fault has its switch in the kernels.
+        for (name, define, _) in FAULTS {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("#ifdef {define}")),
+                "{name}"
+            );
+        }
+        // Row-info width agrees between host and kernel.
+        assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
+    }
+}

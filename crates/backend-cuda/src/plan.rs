@@ -1,0 +1,309 @@
+//! Host-side planning, free of CUDA so CI tests it: which quant types the kernels decode,
+//! launch geometry, and the per-row tables the attention kernel reads.
+
+use lockstep_graph::{BackendError, Batch};
+use lockstep_quant::GgmlType;
+
+/// The weight types the kernels decode (every type the cpu backend supports).
+pub const SUPPORTED: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
+];
+
+/// What the kernels need to walk a row of `ty`: the GGUF type id (the kernels' `switch`),
+/// elements per block and bytes per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantDesc {
+    pub id: i32,
+    pub block: i32,
+    pub bytes: i32,
+}
+
+pub fn quant_desc(ty: GgmlType) -> Option<QuantDesc> {
+    SUPPORTED.contains(&ty).then(|| QuantDesc {
+        id: ty.id() as i32,
+        block: ty.block_size() as i32,
+        bytes: ty.type_size() as i32,
+    })
+}
+
+/// Threads per block of the matmul kernels: 4 warps, each covering 4 weight rows.
+pub const MATMUL_THREADS: u32 = 128;
+/// Weight rows per matmul block.
+pub const MATMUL_ROWS_PER_BLOCK: u32 = MATMUL_THREADS / 32 * 4;
+/// Shared memory of a matmul block: per warp, two buffers of 4 rows of `SEG_BYTES` (1024)
+/// plus 32 bytes of alignment slack (`SEG_WORDS` 16-byte words each), as `kernels.cu` lays
+/// it out.
+pub const MATMUL_SMEM_BYTES: u32 = (MATMUL_THREADS / 32) * 2 * 4 * (1024 / 16 + 2) * 16;
+// A block may use 48 KiB of shared memory without opting in.
+const _: () = assert!(MATMUL_SMEM_BYTES <= 48 * 1024);
+/// Bytes of padding after every weight: the matmul's last 16-byte staging load of a row may
+/// reach up to 15 bytes past its end.
+pub const WEIGHT_PAD: usize = 16;
+/// Activation rows sharing one decode of the weights in the batched kernel.
+pub const MATMUL_TILE: usize = 8;
+
+/// Grid of a matmul of `n` activation rows against `m` weight rows: x = weight-row blocks,
+/// y = activation-row tiles (capped; the kernel loops over the rest).
+pub fn matmul_grid(n: usize, m: usize) -> (u32, u32) {
+    let x = (m as u32).div_ceil(MATMUL_ROWS_PER_BLOCK);
+    let tiles = n.div_ceil(MATMUL_TILE).max(1) as u32;
+    (x.max(1), tiles.min(64))
+}
+
+/// Grid of the fused gate/up kernel: each warp covers 2 rows of each weight.
+pub fn gate_up_grid(n: usize, m: usize) -> (u32, u32) {
+    let x = (m as u32).div_ceil(MATMUL_ROWS_PER_BLOCK / 2);
+    let tiles = n.div_ceil(MATMUL_TILE).max(1) as u32;
+    (x.max(1), tiles.min(64))
+}
+
+/// Blocks of `threads` covering `n` elements.
+pub fn blocks_for(n: usize, threads: u32) -> u32 {
+    (n as u32).div_ceil(threads).max(1)
+}
+
+/// The per-row table of the attention kernel (5 ints a row: slots offset, key count,
+/// position, score offset, mask offset or -1), the concatenated key slots, the concatenated
+/// masks, and the total number of scores (every sequence's rows x heads x keys, in the order
+/// the reference emits its `kq` tap).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttnPlan {
+    pub info: Vec<i32>,
+    pub slots: Vec<u32>,
+    pub mask: Vec<u8>,
+    pub n_scores: usize,
+    /// Key rows read in all (for the k_read / v_read taps).
+    pub n_keys: usize,
+}
+
+pub const ROW_INFO: usize = 5;
+
+fn too_big(what: &str) -> BackendError {
+    BackendError::Kv(format!(
+        "attention: {what} does not fit the kernel's 32-bit indices"
+    ))
+}
+
+pub fn attention_plan(
+    batch: &Batch,
+    n_rows: usize,
+    n_heads: usize,
+    n_slots: usize,
+) -> Result<AttnPlan, BackendError> {
+    let mut p = AttnPlan {
+        info: vec![0; n_rows * ROW_INFO],
+        ..AttnPlan::default()
+    };
+    let mut covered = vec![false; n_rows];
+    for seq in &batch.seqs {
+        let n_kv = seq.kv_slots.len();
+        if seq.first_row + seq.n_rows > n_rows {
+            return Err(BackendError::Kv(format!(
+                "attention: sequence rows {}..{} outside the batch of {n_rows}",
+                seq.first_row,
+                seq.first_row + seq.n_rows
+            )));
+        }
+        if (seq.first_pos as usize) + seq.n_rows > n_kv {
+            return Err(BackendError::Kv(format!(
+                "attention: {} new tokens from position {} but only {n_kv} key slots",
+                seq.n_rows, seq.first_pos
+            )));
+        }
+        if let Some(&bad) = seq.kv_slots.iter().find(|&&s| s as usize >= n_slots) {
+            return Err(BackendError::Kv(format!(
+                "attention: key slot {bad} outside the cache of {n_slots} slots"
+            )));
+        }
+        let mask_base = match &seq.mask {
+            Some(m) => {
+                if m.len() != seq.n_rows * n_kv {
+                    return Err(BackendError::Kv(format!(
+                        "mask has {} entries, expected {} x {n_kv}",
+                        m.len(),
+                        seq.n_rows
+                    )));
+                }
+                let b = p.mask.len();
+                p.mask.extend(m.iter().map(|&v| v as u8));
+                Some(b)
+            }
+            None => None,
+        };
+        let slots_off = p.slots.len();
+        p.slots.extend_from_slice(&seq.kv_slots);
+        p.n_keys += n_kv;
+        for i in 0..seq.n_rows {
+            let row = seq.first_row + i;
+            covered[row] = true;
+            let mask_off = match mask_base {
+                Some(b) => i32::try_from(b + i * n_kv).map_err(|_| too_big("the mask"))?,
+                None => -1,
+            };
+            let score_off = p.n_scores + i * n_heads * n_kv;
+            let cell = &mut p.info[row * ROW_INFO..(row + 1) * ROW_INFO];
+            cell[0] = i32::try_from(slots_off).map_err(|_| too_big("the key slots"))?;
+            cell[1] = i32::try_from(n_kv).map_err(|_| too_big("the key count"))?;
+            cell[2] =
+                i32::try_from(seq.first_pos as usize + i).map_err(|_| too_big("a position"))?;
+            cell[3] = i32::try_from(score_off).map_err(|_| too_big("the score matrix"))?;
+            cell[4] = mask_off;
+        }
+        p.n_scores += seq.n_rows * n_heads * n_kv;
+    }
+    if let Some(row) = covered.iter().position(|c| !c) {
+        return Err(BackendError::Kv(format!(
+            "attention: batch row {row} belongs to no sequence"
+        )));
+    }
+    i32::try_from(p.n_scores).map_err(|_| too_big("the score matrix"))?;
+    Ok(p)
+}
+
+/// `(cos, sin)` of every (row, pair) for rotary embedding, interleaved, computed exactly as
+/// the reference does (f64 `powf` and `sin_cos` on the host).
+pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
+    let half = n_rot / 2;
+    let inv: Vec<f64> = (0..half)
+        .map(|i| f64::from(base).powf(-2.0 * i as f64 / n_rot as f64))
+        .collect();
+    let mut out = Vec::with_capacity(positions.len() * half * 2);
+    for &pos in positions {
+        let pos = f64::from(pos);
+        for &f in &inv {
+            let (s, c) = (pos * f).sin_cos();
+            out.push(c);
+            out.push(s);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_graph::BatchSeq;
+
+    #[test]
+    fn every_cpu_type_has_a_descriptor_with_its_block_geometry() {
+        for &ty in SUPPORTED {
+            let d = quant_desc(ty).unwrap();
+            assert_eq!(d.id as u32, ty.id());
+            assert_eq!(d.block as usize, ty.block_size());
+            assert_eq!(d.bytes as usize, ty.type_size());
+        }
+        assert_eq!(
+            quant_desc(GgmlType::Q4K),
+            Some(QuantDesc {
+                id: 12,
+                block: 256,
+                bytes: 144
+            })
+        );
+        assert_eq!(
+            quant_desc(GgmlType::Q8_0),
+            Some(QuantDesc {
+                id: 8,
+                block: 32,
+                bytes: 34
+            })
+        );
+        assert!(quant_desc(GgmlType::Iq2Xxs).is_none());
+        assert!(quant_desc(GgmlType::Q8K).is_none());
+    }
+
+    #[test]
+    fn matmul_grid_covers_every_row() {
+        assert_eq!(matmul_grid(1, 576), (36, 1));
+        assert_eq!(matmul_grid(1, 577), (37, 1));
+        assert_eq!(matmul_grid(9, 16), (1, 2));
+        assert_eq!(matmul_grid(100_000, 16), (1, 64));
+        assert_eq!(matmul_grid(0, 0), (1, 1));
+        assert_eq!(blocks_for(257, 256), 2);
+        assert_eq!(gate_up_grid(1, 1536), (192, 1));
+        assert_eq!(gate_up_grid(1, 1537), (193, 1));
+        assert_eq!(gate_up_grid(512, 8), (1, 64));
+        assert_eq!(blocks_for(0, 256), 1);
+        // Fits the 48 KiB a block may use without opting in.
+        assert_eq!(MATMUL_SMEM_BYTES, 33_792);
+    }
+
+    fn seq(first_row: usize, n_rows: usize, first_pos: u32, slots: Vec<u32>) -> BatchSeq {
+        BatchSeq {
+            first_row,
+            n_rows,
+            first_pos,
+            kv_slots: slots,
+            mask: None,
+        }
+    }
+
+    #[test]
+    fn attention_plan_lays_out_rows_scores_and_masks() {
+        let mut b = Batch {
+            seqs: vec![seq(0, 2, 0, vec![4, 5]), seq(2, 1, 2, vec![8, 9, 10])],
+            ..Batch::default()
+        };
+        b.seqs[1].mask = Some(vec![true, false, true]);
+        let p = attention_plan(&b, 3, 2, 16).unwrap();
+        assert_eq!(p.slots, vec![4, 5, 8, 9, 10]);
+        assert_eq!(p.mask, vec![1, 0, 1]);
+        // seq 0: 2 rows x 2 heads x 2 keys = 8 scores; seq 1 starts there.
+        assert_eq!(p.info, vec![0, 2, 0, 0, -1, 0, 2, 1, 4, -1, 2, 3, 2, 8, 0]);
+        assert_eq!(p.n_scores, 8 + 6);
+        assert_eq!(p.n_keys, 5);
+    }
+
+    #[test]
+    fn attention_plan_rejects_bad_batches() {
+        let b = Batch {
+            seqs: vec![seq(0, 1, 0, vec![99])],
+            ..Batch::default()
+        };
+        let e = attention_plan(&b, 1, 1, 16).unwrap_err().to_string();
+        assert!(e.contains("slot 99"), "{e}");
+        let b = Batch {
+            seqs: vec![seq(0, 2, 0, vec![1])],
+            ..Batch::default()
+        };
+        assert!(attention_plan(&b, 2, 1, 16).is_err());
+        let b = Batch {
+            seqs: vec![seq(0, 1, 0, vec![1])],
+            ..Batch::default()
+        };
+        let e = attention_plan(&b, 2, 1, 16).unwrap_err().to_string();
+        assert!(e.contains("row 1"), "{e}");
+        let mut b = Batch {
+            seqs: vec![seq(0, 1, 0, vec![1])],
+            ..Batch::default()
+        };
+        b.seqs[0].mask = Some(vec![true, true]);
+        assert!(attention_plan(&b, 1, 1, 16).is_err());
+    }
+
+    #[test]
+    fn rope_table_matches_the_reference_formula() {
+        let t = rope_table(&[0, 7], 4, 10000.0);
+        assert_eq!(t.len(), 2 * 2 * 2);
+        assert_eq!(&t[..4], &[1.0, 0.0, 1.0, 0.0]);
+        let f1 = 10000f64.powf(-0.5);
+        assert_eq!(t[4], 7f64.cos());
+        assert_eq!(t[5], 7f64.sin());
+        assert_eq!(t[6], (7.0 * f1).cos());
+        assert_eq!(t[7], (7.0 * f1).sin());
+    }
+}
