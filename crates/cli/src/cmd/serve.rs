@@ -26,8 +26,9 @@ pub struct ServeArgs {
     /// The model name clients must send (default: the -m argument).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Compute backend: `cpu` (quantized kernels) or `ref` (the reference).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref"])]
+    /// Compute backend: `cpu` (quantized kernels), `ref` (the reference) or `cuda` (an NVIDIA
+    /// GPU; batch-invariant bit for bit like the other two).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
     pub backend: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -165,7 +166,28 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             cfg,
             listener,
         )?,
-        other => bail!("unknown backend `{other}`"),
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            // Fail here, with the driver's message, rather than inside the engine thread.
+            drop(super::trace::cuda_backend()?);
+            lockstep_server::start(
+                move || {
+                    scheduler(
+                        &path,
+                        super::trace::cuda_backend()?,
+                        ctx,
+                        cache,
+                        prefix,
+                        sched_cfg,
+                        tokenizer,
+                    )
+                },
+                served,
+                cfg,
+                listener,
+            )?
+        }
+        other => bail!("unknown or unavailable backend `{other}`"),
     };
     eprintln!(
         "serving `{}` on http://{}",
