@@ -4,6 +4,7 @@
 pub mod check;
 pub mod diff;
 pub mod doctor;
+pub mod isolate;
 pub mod metrics;
 pub mod run;
 pub mod taps;

@@ -6,6 +6,7 @@ pub mod diff;
 pub mod doctor;
 pub mod fetch;
 pub mod inspect;
+pub mod isolate;
 pub mod run;
 pub mod tokenize;
 pub mod trace;
