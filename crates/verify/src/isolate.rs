@@ -287,11 +287,7 @@ pub fn render_isolation(r: &IsolationReport) -> String {
             } else {
                 fmt_e(c.bound)
             },
-            if c.ratio().is_finite() {
-                format!("{:.3}", c.ratio())
-            } else {
-                "inf".into()
-            },
+            fmt_e(c.ratio()),
             c.op,
             c.step
         );
