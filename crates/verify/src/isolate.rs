@@ -418,68 +418,24 @@ impl Isolator {
     }
 
     fn col_sq(&mut self, name: &str, w: &RefWeight) -> &[f64] {
-        self.col_sq.entry(name.to_string()).or_insert_with(|| {
-            let mut c = vec![0f64; w.cols];
-            for row in w.data.chunks_exact(w.cols.max(1)) {
-                for (ci, &v) in c.iter_mut().zip(row) {
-                    *ci += f64::from(v) * f64::from(v);
-                }
-            }
-            c
-        })
+        self.col_sq
+            .entry(name.to_string())
+            .or_insert_with(|| column_squares(&w.data, w.cols))
     }
 
-    /// Whether B quantizes the activations of a matmul with this weight.
     fn quantizes(&self, wname: &str) -> bool {
-        self.arith == Arithmetic::Quant8
-            && !matches!(
-                self.types.get(wname),
-                Some(GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16) | None
-            )
+        self.types
+            .get(wname)
+            .is_some_and(|&ty| quantizes(self.arith, ty))
     }
 
-    /// The NMSE bound of `y = x W^T` on B's (possibly quantized) activations `x`
-    /// (docs/verification.md, "matmul"): every output is a dot of `k` terms, each off by at
-    /// most `gamma sum_i |w_ji x_i|` with `gamma = (k/4 + 8) u` (B's eight-lane or per-block f32
-    /// accumulation, the reference's eight-lane sum, and the rounding of dequantized weights);
-    /// Cauchy-Schwarz turns that into `gamma^2 k sum_i x_i^2 sum_j w_ji^2` over the step.
     fn matmul_bound(&mut self, wname: &str, w: &RefWeight, x: &HostTensor, y: &HostTensor) -> f64 {
-        let k = w.cols;
-        let gamma = match self.arith {
-            Arithmetic::Exact => return 0.0,
-            Arithmetic::Quant8 => (k as f64 / 4.0 + 8.0) * U,
-            Arithmetic::Float => (k as f64 + 8.0) * U,
-        };
-        let c = self.col_sq(wname, w).to_vec();
-        let mut energy = 0f64;
-        for row in x.data.chunks_exact(k.max(1)) {
-            energy += row
-                .iter()
-                .zip(&c)
-                .map(|(&v, &ci)| f64::from(v) * f64::from(v) * ci)
-                .sum::<f64>();
-        }
-        let den = plain_energy(y);
-        if den == 0.0 {
-            return 0.0;
-        }
-        gamma * gamma * k as f64 * energy / den
+        let arith = self.arith;
+        matmul_bound(arith, self.col_sq(wname, w), x, y)
     }
 
-    /// Element-wise ops: a relative error bound per element, as an NMSE.
     fn rel_bound(eps: &[f64], y: &HostTensor) -> f64 {
-        let mut num = 0f64;
-        let mut den = 0f64;
-        for (&e, &v) in eps.iter().zip(&y.data) {
-            let v = f64::from(v);
-            num += e * e * v * v;
-            den += v * v;
-        }
-        if den == 0.0 {
-            0.0
-        } else {
-            num / den
-        }
+        rel_bound(eps, y)
     }
 
     /// Recomputes every op of one step of B's trace whose input and output taps are present.
@@ -522,7 +478,7 @@ impl Isolator {
             let exp = b
                 .embed(&model.token_embd, &st.tokens)
                 .map_err(|e| VerifyError::Trace(e.to_string()))?;
-            let bound = float_bound * U * U;
+            let bound = rounding_bound(self.arith);
             self.push(
                 step,
                 "token_embd".into(),
@@ -546,7 +502,7 @@ impl Isolator {
                 &["inp_embd"],
                 &exp,
                 y,
-                float_bound * U * U,
+                rounding_bound(self.arith),
             );
         }
         let residual0 = if cfg.embd_scale.is_some() {
@@ -603,8 +559,7 @@ impl Isolator {
                         // Sum of squares over the group (relative error <= g u), the inverse
                         // square root, and two multiplies: (g + 8) u per element.
                         let g = w.data.len();
-                        let eps = (g as f64 + 8.0) * U * float_bound;
-                        let bound = eps * eps;
+                        let bound = norm_bound(self.arith, g);
                         pending.push((
                             wname.trim_end_matches(".weight").to_string(),
                             output,
@@ -717,7 +672,7 @@ impl Isolator {
                         let exp = b.rope(x, &st.positions, rope);
                         // cos and sin rounded to f32 (u each), two products and a sum (3u):
                         // a rotation keeps norms, so 6u of each pair's norm; 8u for margin.
-                        let e = 8.0 * U * float_bound;
+                        let e = rope_bound(self.arith).sqrt();
                         self.push(
                             step,
                             out.clone(),
@@ -750,24 +705,7 @@ impl Isolator {
             ) {
                 if g.shape == u.shape {
                     let exp = b.act_mul(g, u, cfg.activation);
-                    let eps: Vec<f64> = g
-                        .data
-                        .iter()
-                        .map(|&gv| {
-                            // The sigmoid argument z carries ~4u relative error from its own
-                            // arithmetic; exp(-z) turns that into |z| 4u, plus ~8u for exp,
-                            // the division and the products.
-                            let gv = f64::from(gv);
-                            let z = match cfg.activation {
-                                lockstep_graph::Activation::Silu => gv,
-                                lockstep_graph::Activation::GeluTanh => {
-                                    1.595_769_2 * (gv + 0.044715 * gv * gv * gv)
-                                }
-                            };
-                            (8.0 + 4.0 * z.abs()) * U * float_bound
-                        })
-                        .collect();
-                    let bound = Self::rel_bound(&eps, &exp);
+                    let bound = act_bound(self.arith, cfg.activation, &g.data, &exp);
                     let what = match cfg.activation {
                         lockstep_graph::Activation::Silu => "SiLU(gate) * up",
                         lockstep_graph::Activation::GeluTanh => "GELU-tanh(gate) * up",
@@ -815,7 +753,7 @@ impl Isolator {
                             &[&a_name, &b_name],
                             &exp,
                             z,
-                            float_bound * U * U,
+                            rounding_bound(self.arith),
                         );
                     }
                     (Some(_), Some(_), Some(_)) => {
@@ -945,23 +883,7 @@ impl Isolator {
                     let bound = match self.arith {
                         Arithmetic::Exact => 0.0,
                         Arithmetic::Float => U * U,
-                        Arithmetic::Quant8 => {
-                            // f16 storage: 2^-11 relative for normal values, half a subnormal
-                            // step (2^-25) absolute below them.
-                            let mut num = 0f64;
-                            let mut den = 0f64;
-                            for &v in &exp.data {
-                                let v = f64::from(v);
-                                let e = (U_F16 * v.abs()).max(F16_SUBNORMAL_HALF_STEP);
-                                num += e * e;
-                                den += v * v;
-                            }
-                            if den == 0.0 {
-                                0.0
-                            } else {
-                                num / den
-                            }
-                        }
+                        Arithmetic::Quant8 => kv_f16_bound(&exp.data),
                     };
                     let src = if idx == 0 { t("k_rope") } else { t("v") };
                     let what = match self.arith {
@@ -1214,29 +1136,33 @@ impl Isolator {
                 "the reference attention emitted no scores".into(),
             ));
         };
-        // Norms of every query head and key head, for the score bounds.
-        let qn: Vec<f64> = q.data.chunks(hd).map(norm2).collect();
-        let kn: Vec<f64> = k.data.chunks(hd).map(norm2).collect();
-        let gamma_hd = hd as f64 * U * float_bound * f64::from(scale);
+        let geom = AttnGeom {
+            n_q,
+            n_kv,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale,
+        };
+        let (score_err, kqv_err, _) = attention_error_bounds(
+            self.arith,
+            &geom,
+            &q.data,
+            &k.data,
+            &v.data,
+            &ref_kq.data,
+            &ref_p.data,
+            &visible,
+        );
         if let Some(s) = kq {
             if s.data.len() == n_scores {
-                // |error of q.k| <= hd u sum|q_i k_i| <= hd u |q| |k| (f32 dot of hd terms).
-                let mut num = 0f64;
-                let mut den = 0f64;
-                for i in 0..n_q {
-                    for h in 0..nh {
-                        let kh = h / group;
-                        for j in 0..n_kv {
-                            if !visible(i, j) {
-                                continue;
-                            }
-                            let e = gamma_hd * qn[i * nh + h] * kn[j * nkv + kh];
-                            let sv = f64::from(ref_kq.data[(i * nh + h) * n_kv + j]);
-                            num += e * e;
-                            den += sv * sv;
-                        }
-                    }
-                }
+                let den: f64 = ref_kq
+                    .data
+                    .iter()
+                    .filter(|v| v.is_finite())
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum();
+                let num = score_err;
                 let bound = if den == 0.0 { 0.0 } else { num / den };
                 self.push(
                     step,
@@ -1253,45 +1179,7 @@ impl Isolator {
             }
         }
         if let Some(o) = kqv {
-            // Score errors ds_j <= hd u scale |q| |k_j| move every probability by at most
-            // 2 max_j ds_j relative; the softmax itself (max|s - max| + n + 4) u; the weighted
-            // sum (n + 3) u: all times sum_j p_j |v_j|.
-            let mut abs_sum = vec![0f64; n_q * nh * hd];
-            let mut eps_rh = vec![0f64; n_q * nh];
-            for i in 0..n_q {
-                for h in 0..nh {
-                    let kh = h / group;
-                    let mut max_ds = 0f64;
-                    let mut max_spread = 0f64;
-                    let srow = &ref_kq.data[(i * nh + h) * n_kv..(i * nh + h + 1) * n_kv];
-                    let smax = srow.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                    let mut n_vis = 0f64;
-                    for j in 0..n_kv {
-                        if !visible(i, j) {
-                            continue;
-                        }
-                        n_vis += 1.0;
-                        max_ds = max_ds.max(gamma_hd * qn[i * nh + h] * kn[j * nkv + kh]);
-                        max_spread = max_spread.max(f64::from(smax) - f64::from(srow[j]));
-                    }
-                    eps_rh[i * nh + h] =
-                        2.0 * max_ds + (max_spread + 2.0 * n_vis + 7.0) * U * float_bound;
-                    let prow = &ref_p.data[(i * nh + h) * n_kv..(i * nh + h + 1) * n_kv];
-                    let base = (i * nh + h) * hd;
-                    for (j, &pj) in prow.iter().enumerate() {
-                        if pj == 0.0 {
-                            continue;
-                        }
-                        let vrow = &v.data[j * kv_dim + kh * hd..j * kv_dim + (kh + 1) * hd];
-                        for d in 0..hd {
-                            abs_sum[base + d] += (f64::from(pj) * f64::from(vrow[d])).abs();
-                        }
-                    }
-                }
-            }
-            for (i, a) in abs_sum.iter_mut().enumerate() {
-                *a *= eps_rh[i / hd];
-            }
+            let abs_sum = kqv_err;
             let bound = abs_bound(1.0, &abs_sum, &exp_kqv);
             self.push(
                 step,
@@ -1316,6 +1204,223 @@ impl Isolator {
             seconds: self.seconds,
         }
     }
+}
+
+/// Whether B quantizes the activations of a matmul against a weight of type `ty`.
+pub fn quantizes(arith: Arithmetic, ty: GgmlType) -> bool {
+    arith == Arithmetic::Quant8 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)
+}
+
+/// Sums of squares of a weight's columns (`sum_j w_ji^2`, `w` as `[rows, cols]`).
+pub fn column_squares(w: &[f32], cols: usize) -> Vec<f64> {
+    let mut c = vec![0f64; cols];
+    for row in w.chunks_exact(cols.max(1)) {
+        for (ci, &v) in c.iter_mut().zip(row) {
+            *ci += f64::from(v) * f64::from(v);
+        }
+    }
+    c
+}
+
+/// How many standard deviations of accumulated rounding error a matmul bound allows (the
+/// probabilistic rounding-error analysis of Higham and Mary: a sum of `n` terms is off by at
+/// most `lambda sqrt(n) u sum|terms|` except with probability about `2 exp(-lambda^2 / 2)`,
+/// 7e-4 per dot for 4, and the NMSE averages over every output of the step).
+pub const ROUNDING_LAMBDA: f64 = 4.0;
+
+/// The NMSE bound of `y = x W^T` on B's (possibly quantized, see [`quantize_q8_f32`])
+/// activations `x`: every output is a dot of `k` terms accumulated by B in `n = k/4 + 8`
+/// sequential f32 steps (eight-lane or per-32-block sums, the reference's eight-lane sum, the
+/// rounding of dequantized weights; `n = k + 8` for an engine of unknown order), so it is off
+/// by at most `lambda sqrt(n) u sum_i |w_ji x_i|`; Cauchy-Schwarz turns that into
+/// `lambda^2 n u^2 k sum_i x_i^2 sum_j w_ji^2` over all rows, divided by `sum y^2`.
+/// `col_sq` is [`column_squares`] of W.
+pub fn matmul_bound(arith: Arithmetic, col_sq: &[f64], x: &HostTensor, y: &HostTensor) -> f64 {
+    let k = col_sq.len();
+    let n_acc = match arith {
+        Arithmetic::Exact => return 0.0,
+        Arithmetic::Quant8 => k as f64 / 4.0 + 8.0,
+        Arithmetic::Float => k as f64 + 8.0,
+    };
+    let mut energy = 0f64;
+    for row in x.data.chunks_exact(k.max(1)) {
+        energy += row
+            .iter()
+            .zip(col_sq)
+            .map(|(&v, &ci)| f64::from(v) * f64::from(v) * ci)
+            .sum::<f64>();
+    }
+    let den = plain_energy(y);
+    if den == 0.0 {
+        return 0.0;
+    }
+    ROUNDING_LAMBDA * ROUNDING_LAMBDA * n_acc * U * U * k as f64 * energy / den
+}
+
+/// Element-wise ops: a relative error bound per element, as an NMSE.
+pub fn rel_bound(eps: &[f64], y: &HostTensor) -> f64 {
+    let mut num = 0f64;
+    let mut den = 0f64;
+    for (&e, &v) in eps.iter().zip(&y.data) {
+        let v = f64::from(v);
+        num += e * e * v * v;
+        den += v * v;
+    }
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+/// A single correctly rounded f32 operation (embedding dequantization, scale, add, bias): `u^2`.
+pub fn rounding_bound(arith: Arithmetic) -> f64 {
+    match arith {
+        Arithmetic::Exact => 0.0,
+        _ => U * U,
+    }
+}
+
+/// RMS norm over groups of `g`: the sum of squares (relative error <= g u), the inverse square
+/// root and two multiplies: `(g + 8) u` per element.
+pub fn norm_bound(arith: Arithmetic, g: usize) -> f64 {
+    match arith {
+        Arithmetic::Exact => 0.0,
+        _ => ((g as f64 + 8.0) * U).powi(2),
+    }
+}
+
+/// RoPE: cos and sin rounded to f32 (u each), two products and a sum (3u); a rotation keeps
+/// norms, so 6u of each pair's norm; 8u for margin.
+pub fn rope_bound(arith: Arithmetic) -> f64 {
+    match arith {
+        Arithmetic::Exact => 0.0,
+        _ => (8.0 * U).powi(2),
+    }
+}
+
+/// `act(gate) * up`: the sigmoid argument z carries ~4u relative error from its own arithmetic;
+/// exp(-z) turns that into `4u |z|`, plus ~8u for exp, the division and the products.
+pub fn act_bound(
+    arith: Arithmetic,
+    act: lockstep_graph::Activation,
+    gate: &[f32],
+    out: &HostTensor,
+) -> f64 {
+    if arith == Arithmetic::Exact {
+        return 0.0;
+    }
+    let eps: Vec<f64> = gate
+        .iter()
+        .map(|&gv| {
+            let gv = f64::from(gv);
+            let z = match act {
+                lockstep_graph::Activation::Silu => gv,
+                lockstep_graph::Activation::GeluTanh => {
+                    1.595_769_2 * (gv + 0.044715 * gv * gv * gv)
+                }
+            };
+            (8.0 + 4.0 * z.abs()) * U
+        })
+        .collect();
+    rel_bound(&eps, out)
+}
+
+/// K/V stored as f16 and read back: 2^-11 relative for normal values, half a subnormal step
+/// (2^-25) absolute below them; as an NMSE of the stored values.
+pub fn kv_f16_bound(stored: &[f32]) -> f64 {
+    let mut num = 0f64;
+    let mut den = 0f64;
+    for &v in stored {
+        let v = f64::from(v);
+        let e = (U_F16 * v.abs()).max(F16_SUBNORMAL_HALF_STEP);
+        num += e * e;
+        den += v * v;
+    }
+    if den == 0.0 {
+        0.0
+    } else {
+        num / den
+    }
+}
+
+/// The shape of one sequence's attention.
+pub struct AttnGeom {
+    pub n_q: usize,
+    pub n_kv: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+/// Error bounds of one sequence's attention computed by B from `q` (`[n_q, heads * hd]`), `k`
+/// and `v` (`[n_kv, kv_heads * hd]`), given the reference's scores and probabilities on the
+/// same inputs (`[n_q, heads, n_kv]`). Returns the bound on the summed squared score error,
+/// the per-element absolute error bound of the output (`[n_q, heads * hd]`), and per query row
+/// and head the relative error bound of every probability.
+///
+/// Scores: an f32 dot of `hd` terms is off by at most `hd u sum_i |q_i k_i| <= hd u |q| |k|`
+/// (times the scale). Output: score errors `ds_j` move every probability by at most
+/// `2 max_j ds_j` relative; the softmax itself adds `(max|s - max| + n + 4) u` (exp's argument,
+/// exp, the sum of n terms, the division) and the weighted sum `(n + 3) u`, all relative to
+/// `sum_j p_j |v_j|`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_error_bounds(
+    arith: Arithmetic,
+    g: &AttnGeom,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    ref_kq: &[f32],
+    ref_p: &[f32],
+    visible: &dyn Fn(usize, usize) -> bool,
+) -> (f64, Vec<f64>, Vec<f64>) {
+    let (hd, nh, nkv, n_kv) = (g.head_dim, g.n_heads, g.n_kv_heads, g.n_kv);
+    let kv_dim = nkv * hd;
+    let group = nh / nkv.max(1);
+    let fb = if arith == Arithmetic::Exact { 0.0 } else { 1.0 };
+    let qn: Vec<f64> = q.chunks(hd.max(1)).map(norm2).collect();
+    let kn: Vec<f64> = k.chunks(hd.max(1)).map(norm2).collect();
+    let gamma_hd = hd as f64 * U * fb * f64::from(g.scale);
+    let mut score_num = 0f64;
+    let mut out = vec![0f64; g.n_q * nh * hd];
+    let mut p_eps = vec![0f64; g.n_q * nh];
+    for i in 0..g.n_q {
+        for h in 0..nh {
+            let kh = h / group;
+            let row = (i * nh + h) * n_kv;
+            let srow = &ref_kq[row..row + n_kv];
+            let smax = srow.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (mut max_ds, mut max_spread, mut n_vis) = (0f64, 0f64, 0f64);
+            for j in 0..n_kv {
+                if !visible(i, j) {
+                    continue;
+                }
+                n_vis += 1.0;
+                let ds = gamma_hd * qn[i * nh + h] * kn[j * nkv + kh];
+                score_num += ds * ds;
+                max_ds = max_ds.max(ds);
+                max_spread = max_spread.max(f64::from(smax) - f64::from(srow[j]));
+            }
+            let eps = 2.0 * max_ds + (max_spread + 2.0 * n_vis + 7.0) * U * fb;
+            p_eps[i * nh + h] = eps;
+            let base = (i * nh + h) * hd;
+            for (j, &pj) in ref_p[row..row + n_kv].iter().enumerate() {
+                if pj == 0.0 {
+                    continue;
+                }
+                let vrow = &v[j * kv_dim + kh * hd..j * kv_dim + (kh + 1) * hd];
+                for (o, &vv) in out[base..base + hd].iter_mut().zip(vrow) {
+                    *o += (f64::from(pj) * f64::from(vv)).abs();
+                }
+            }
+            for o in &mut out[base..base + hd] {
+                *o *= eps;
+            }
+        }
+    }
+    (score_num, out, p_eps)
 }
 
 /// The activation format of [`Arithmetic::Quant8`], as values: each run of 32 values of a row

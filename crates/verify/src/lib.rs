@@ -6,6 +6,7 @@ pub mod diff;
 pub mod doctor;
 pub mod isolate;
 pub mod metrics;
+pub mod ops;
 pub mod run;
 pub mod taps;
 pub mod tolerance;

@@ -29,6 +29,14 @@ pub struct CheckArgs {
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Op-level harness instead: every op of the backend interface on random inputs against
+    /// the reference, over many shapes and every weight type (no model needed).
+    #[arg(long)]
+    pub ops: bool,
+    /// With --ops: only ops matching these comma-separated globs (`matmul`, `attention`,
+    /// `matmul.Q4_K`; `-` excludes).
+    #[arg(long, default_value = "")]
+    pub filter: String,
 }
 
 const DEFAULT_PROMPTS: &[&str] = &[
@@ -38,6 +46,9 @@ const DEFAULT_PROMPTS: &[&str] = &[
 ];
 
 pub fn run(args: CheckArgs) -> Result<i32> {
+    if args.ops {
+        return run_ops(&args);
+    }
     let m = open_model(&args.model)?;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     for p in &args.prompts {
@@ -101,4 +112,34 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         );
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// `check --ops`: the op harness on the named backend.
+fn run_ops(args: &CheckArgs) -> Result<i32> {
+    use lockstep_verify::isolate::Arithmetic;
+    use lockstep_verify::ops::{check_ops, render_ops};
+    let report = match args.backend.as_str() {
+        "ref" => check_ops(
+            &lockstep_backend_ref::RefBackend::new(),
+            "ref",
+            Arithmetic::Exact,
+            &args.filter,
+        ),
+        "cpu" => check_ops(
+            &lockstep_backend_cpu::CpuBackend::new(lockstep_backend_cpu::CpuOptions::default()),
+            "cpu",
+            Arithmetic::Quant8,
+            &args.filter,
+        ),
+        other => anyhow::bail!("check --ops runs on `ref` or `cpu`, not `{other}`"),
+    };
+    if report.cases.is_empty() {
+        anyhow::bail!("no op matches the filter `{}`", args.filter);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_ops(&report, true));
+    }
+    Ok(if report.pass() { 0 } else { 1 })
 }
