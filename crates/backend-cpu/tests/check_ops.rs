@@ -16,7 +16,8 @@ use lockstep_verify::ops::{check_ops, render_ops};
 
 #[test]
 fn cpu_passes_every_op_case() {
-    let r = check_ops(&cpu(2), "cpu", Arithmetic::Quant8, "");
+    // Guard-checked outputs: an out-of-bounds write by any kernel fails its case.
+    let r = check_ops(&cpu(2).with_output_guards(), "cpu", Arithmetic::Quant8, "");
     assert!(r.pass(), "{}", render_ops(&r, false));
     let ops: std::collections::BTreeSet<&str> = r.cases.iter().map(|c| c.op.as_str()).collect();
     for op in [

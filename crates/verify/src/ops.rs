@@ -261,7 +261,10 @@ impl<'b, B: Backend> Harness<'b, B> {
         };
         let within = metrics.bitwise_equal()
             || (bound > 0.0 && metrics.nmse.is_finite() && metrics.nmse <= bound);
-        let note = if nan {
+        let guards = self.b.guard_violations();
+        let note = if !guards.is_empty() {
+            format!("out-of-bounds write: {}", guards.join("; "))
+        } else if nan {
             "NaN in the output".to_string()
         } else if exp.shape != got.shape {
             format!("shape {:?}, expected {:?}", got.shape, exp.shape)
@@ -274,7 +277,7 @@ impl<'b, B: Backend> Harness<'b, B> {
             ty: ty.into(),
             metrics,
             bound,
-            pass: within && !nan,
+            pass: within && !nan && guards.is_empty(),
             note,
             unsupported: false,
         });

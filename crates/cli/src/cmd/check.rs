@@ -171,7 +171,7 @@ fn run_ops(args: &CheckArgs) -> Result<i32> {
             &args.filter,
         ),
         "cpu" => check_ops(
-            &lockstep_backend_cpu::CpuBackend::new(lockstep_backend_cpu::CpuOptions::default()),
+            &CpuBackend::new(CpuOptions::default()).with_output_guards(),
             "cpu",
             Arithmetic::Quant8,
             &args.filter,
