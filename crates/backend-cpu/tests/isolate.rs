@@ -228,6 +228,7 @@ fn small_systematic_error_is_named_in_isolation(model: &str, target: &'static st
         "{model}: NMSE {nmse}"
     );
     let s = iso.sentence();
+    eprintln!("{model}: {s}\n{model}: {}", iso.relate(&whole));
     assert!(
         s.contains(&format!("{op} (")) && s.contains("every other op agrees in isolation"),
         "{s}"
