@@ -386,6 +386,8 @@ impl Isolator {
         }
     }
 
+    // One call per check reads best with the op's facts spelled out at the call site.
+    #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
         step: usize,

@@ -177,6 +177,17 @@ impl Rng {
     }
 }
 
+/// One attention case: head layout, window, and per sequence `(first_pos, new rows)`.
+struct AttnCase<'a> {
+    label: &'a str,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    window: Option<u32>,
+    seqs: &'a [(u32, usize)],
+    masked: bool,
+}
+
 /// Runs B's op and the reference's; failures of B's op are reported, never panics.
 struct Harness<'b, B: Backend> {
     b: &'b B,
@@ -535,17 +546,16 @@ impl<'b, B: Backend> Harness<'b, B> {
 
     /// K/V store and attention: sequences with history (prefill after a prefix, decode), GQA
     /// and MQA layouts, a sliding window, explicit masks, fragmented (permuted) cache slots.
-    fn attention_case(
-        &mut self,
-        label: &str,
-        nh: usize,
-        nkv: usize,
-        hd: usize,
-        window: Option<u32>,
-        seqs: &[(u32, usize)],
-        masked: bool,
-        kv_f16: bool,
-    ) {
+    fn attention_case(&mut self, c: AttnCase<'_>, kv_f16: bool) {
+        let AttnCase {
+            label,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            window,
+            seqs,
+            masked,
+        } = c;
         let op = "attention";
         if !self.wants(op, "-") && !self.wants("kv_store", "-") {
             return;
@@ -840,48 +850,65 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     h.rope_cases();
     {
         let kv_f16 = arith == Arithmetic::Quant8;
-        h.attention_case("MHA prefill", 4, 4, 64, None, &[(0, 7)], false, kv_f16);
-        h.attention_case(
-            "GQA decode, 3 seqs",
-            8,
-            2,
-            64,
-            None,
-            &[(5, 1), (0, 1), (12, 1)],
-            false,
-            kv_f16,
-        );
-        h.attention_case(
-            "MQA mixed batch",
-            6,
-            1,
-            32,
-            None,
-            &[(3, 4), (9, 1)],
-            false,
-            kv_f16,
-        );
-        h.attention_case(
-            "GQA sliding window",
-            4,
-            2,
-            64,
-            Some(5),
-            &[(6, 6), (2, 1)],
-            false,
-            kv_f16,
-        );
-        h.attention_case("GQA mask", 4, 2, 64, None, &[(4, 5), (0, 3)], true, kv_f16);
-        h.attention_case(
-            "long context",
-            2,
-            1,
-            256,
-            Some(64),
-            &[(150, 2)],
-            true,
-            kv_f16,
-        );
+        let cases: [AttnCase<'static>; 6] = [
+            AttnCase {
+                label: "MHA prefill",
+                n_heads: 4,
+                n_kv_heads: 4,
+                head_dim: 64,
+                window: None,
+                seqs: &[(0, 7)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA decode, 3 seqs",
+                n_heads: 8,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: None,
+                seqs: &[(5, 1), (0, 1), (12, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "MQA mixed batch",
+                n_heads: 6,
+                n_kv_heads: 1,
+                head_dim: 32,
+                window: None,
+                seqs: &[(3, 4), (9, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA sliding window",
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: Some(5),
+                seqs: &[(6, 6), (2, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA mask",
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: None,
+                seqs: &[(4, 5), (0, 3)],
+                masked: true,
+            },
+            AttnCase {
+                label: "long context",
+                n_heads: 2,
+                n_kv_heads: 1,
+                head_dim: 256,
+                window: Some(64),
+                seqs: &[(150, 2)],
+                masked: true,
+            },
+        ];
+        for c in cases {
+            h.attention_case(c, kv_f16);
+        }
     }
     OpsReport {
         backend: name.to_string(),
