@@ -132,8 +132,23 @@ fn step_words(step: usize) -> String {
 }
 
 impl IsolationReport {
+    /// The failed checks in execution order (step, then the tap's place in the graph, then
+    /// the order checks were made: scores before softmax before weighted sum).
     pub fn failures(&self) -> Vec<&OpCheck> {
-        self.checks.iter().filter(|c| !c.pass).collect()
+        let mut f: Vec<(usize, &OpCheck)> = self
+            .checks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !c.pass)
+            .collect();
+        f.sort_by(|(ia, a), (ib, b)| {
+            (a.step, crate::taps::order_key(&a.tap), *ia).cmp(&(
+                b.step,
+                crate::taps::order_key(&b.tap),
+                *ib,
+            ))
+        });
+        f.into_iter().map(|(_, c)| c).collect()
     }
 
     pub fn agree(&self) -> bool {
@@ -809,9 +824,9 @@ impl Isolator {
                         .get(name)
                         .map_or("?".to_string(), |t| t.name().to_string());
                     let what = if name == "token_embd.weight" {
-                        format!("{ty} matmul (LM head, tied)")
+                        format!("{ty} matmul, LM head tied to the embedding")
                     } else {
-                        format!("{ty} matmul (LM head)")
+                        format!("{ty} matmul, LM head")
                     };
                     self.push(
                         step,
