@@ -261,3 +261,67 @@ fn smollm2_scaled_v_projection_is_named_in_isolation() {
 fn gemma3_scaled_ffn_up_is_named_in_isolation() {
     small_systematic_error_is_named_in_isolation("gemma3", "blk.7.ffn_up.weight", "blk.7.ffn_up");
 }
+
+/// A copy of `path` in which the block scales of one row of one weight are `factor` times
+/// larger (the kind of error a kernel reading scales wrongly for some rows makes).
+fn with_row_scales_scaled(
+    path: &std::path::Path,
+    tensor: &str,
+    row: usize,
+    factor: f32,
+) -> std::path::PathBuf {
+    let file = GgufFile::open(path).expect("open");
+    let t = file.header().tensor(tensor).expect("tensor").clone();
+    let range = file.header().tensor_range(&t);
+    let mut bytes = std::fs::read(path).expect("read model");
+    let row_bytes = t.ty.row_bytes(t.dims[0]).expect("row bytes") as usize;
+    let block = t.ty.type_size();
+    let start = range.start + row * row_bytes;
+    // Every legacy 32-value block starts with its f16 scale `d`.
+    for b in (start..start + row_bytes).step_by(block) {
+        let d = lockstep_quant::fp16_to_f32(u16::from_le_bytes([bytes[b], bytes[b + 1]]));
+        let nd = lockstep_quant::f32_to_fp16(d * factor).to_le_bytes();
+        bytes[b..b + 2].copy_from_slice(&nd);
+    }
+    let dir = std::env::temp_dir().join(format!("lockstep-isolate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let out = dir.join("smollm2-one-row-scaled.gguf");
+    std::fs::write(&out, bytes).expect("write patched model");
+    out
+}
+
+#[test]
+fn one_row_of_wrong_block_scales_is_named_in_isolation() {
+    let path = model_path("smollm2");
+    let file = GgufFile::open(&path).expect("open model");
+    let spec = spec("smollm2");
+    let tensor = "blk.5.attn_q.weight";
+    assert_eq!(
+        file.header().tensor(tensor).map(|t| t.ty),
+        Some(lockstep_quant::GgmlType::Q4_1)
+    );
+    let patched = with_row_scales_scaled(&path, tensor, 7, 1.06);
+    let a = trace_of(&mut ref_engine(&path, cfg()), &spec);
+    // B runs the model whose one row of scales is off; isolation judges it against the
+    // original weights.
+    let b = trace_of(&mut cpu_engine(&patched, 2, cfg()), &spec);
+    let _ = std::fs::remove_dir_all(patched.parent().expect("dir"));
+    assert!(
+        diff_traces(&a, &b, Profile::Quant).agree(),
+        "the whole-run diff was expected to miss it"
+    );
+    let iso = isolate_trace(&b, &file, Arithmetic::Quant8).expect("isolate");
+    let fails = iso.failures();
+    assert!(
+        !fails.is_empty(),
+        "isolation missed one row of wrong scales"
+    );
+    assert_eq!(fails[0].op, "blk.5.attn_q", "{}", iso.sentence());
+    assert!(
+        fails.iter().all(|f| f.op == "blk.5.attn_q"),
+        "{}",
+        iso.sentence()
+    );
+    assert_eq!(fails.len(), 4, "{}", iso.sentence());
+    eprintln!("one row of scales: {}", iso.sentence());
+}
