@@ -569,8 +569,12 @@ impl Isolator {
                 v
             };
             let mut pending = Vec::new();
+            let mut broken: Vec<(String, &str)> = Vec::new();
             for (input, output, wname, w) in norm_checks {
                 match (cx.get(&input), cx.get(&output)) {
+                    (Some(x), Some(_)) if x.cols() % w.data.len().max(1) != 0 => {
+                        broken.push((output, "input width is not whole groups of the norm"));
+                    }
                     (Some(x), Some(y)) => {
                         let exp = b.rms_norm(x, w, cfg.rms_eps);
                         // Sum of squares over the group (relative error <= g u), the inverse
@@ -600,6 +604,9 @@ impl Isolator {
                     y,
                     bound,
                 );
+            }
+            for (output, why) in broken {
+                self.push_broken(step, &output, why);
             }
 
             // Projections (matmul, + bias for qwen2).
@@ -784,7 +791,11 @@ impl Isolator {
         // Head: final norm of the output rows, then the LM head.
         let last = format!("blk.{}.l_out", cfg.n_layers.saturating_sub(1));
         match (cx.get(&last), cx.get("result_norm")) {
-            (Some(x), Some(y)) if y.rows() <= x.rows() && x.cols() == y.cols() => {
+            (Some(x), Some(y))
+                if y.rows() <= x.rows()
+                    && x.cols() == y.cols()
+                    && x.cols() == model.output_norm.data.len() =>
+            {
                 let rows: Vec<usize> = (x.rows() - y.rows()..x.rows()).collect();
                 let sel = b.select_rows(x, &rows);
                 let exp = b.rms_norm(&sel, &model.output_norm, cfg.rms_eps);
