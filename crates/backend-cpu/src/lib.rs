@@ -59,6 +59,7 @@ mod act;
 mod attn;
 mod decode;
 mod dot;
+mod guard;
 mod pool;
 mod unpack;
 mod vmath;
@@ -136,6 +137,7 @@ pub struct CpuBackend {
     /// `cpu`, or `cpu[FAULT]` with a fault planted (what traces and diffs print).
     #[cfg(feature = "faults")]
     label: String,
+    guards: guard::Guards,
 }
 
 struct Scratch {
@@ -310,6 +312,7 @@ impl CpuBackend {
             fault: Planted::default(),
             #[cfg(feature = "faults")]
             label: "cpu".to_string(),
+            guards: guard::Guards::default(),
         }
     }
 
@@ -327,6 +330,13 @@ impl CpuBackend {
     #[cfg(feature = "faults")]
     pub fn fault(&self) -> Option<Fault> {
         self.fault
+    }
+
+    /// Guard-checked outputs: canaries around every output a kernel writes through a raw
+    /// pointer, checked after each op (`Backend::guard_violations`). For `check --ops`.
+    pub fn with_output_guards(mut self) -> CpuBackend {
+        self.guards.enabled = true;
+        self
     }
 
     pub fn isa(&self) -> Isa {
@@ -550,6 +560,10 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    fn guard_violations(&self) -> Vec<String> {
+        self.guards.take()
+    }
+
     fn load_weight(&self, w: WeightView<'_>) -> Result<CpuWeight, BackendError> {
         let err = |why: String| BackendError::Weight {
             name: w.name.to_string(),
@@ -681,9 +695,9 @@ impl Backend for CpuBackend {
             w.cols
         );
         let m = w.rows;
-        let mut out = vec![0f32; n * m];
+        let mut out = self.guards.alloc(n * m);
         if n == 0 || m == 0 {
-            return CpuTensor::new(n, m, out);
+            return CpuTensor::new(n, m, self.guards.finish("matmul", out));
         }
         let o = Out {
             ptr: out.as_mut_ptr(),
@@ -729,7 +743,7 @@ impl Backend for CpuBackend {
                 });
             }
         }
-        CpuTensor::new(n, m, out)
+        CpuTensor::new(n, m, self.guards.finish("matmul", out))
     }
 
     fn add_bias(&self, x: &CpuTensor, bias: &CpuWeight) -> CpuTensor {
@@ -790,7 +804,7 @@ impl Backend for CpuBackend {
             gate.rows == up.rows && gate.cols == up.cols,
             "act_mul: shapes differ"
         );
-        let mut out = vec![0f32; gate.data.len()];
+        let mut out = self.guards.alloc(gate.data.len());
         let cols = gate.cols.max(1);
         if gate.rows > 8 {
             let o = Out {
@@ -811,9 +825,9 @@ impl Backend for CpuBackend {
                 }
             });
         } else {
-            vmath::act_mul(self.isa, &gate.data, &up.data, &mut out, act);
+            vmath::act_mul(self.isa, &gate.data, &up.data, out.as_mut_slice(), act);
         }
-        CpuTensor::new(gate.rows, gate.cols, out)
+        CpuTensor::new(gate.rows, gate.cols, self.guards.finish("act_mul", out))
     }
 
     /// Fused: each task computes a block of gate rows and the same block of up rows against
@@ -843,11 +857,11 @@ impl Backend for CpuBackend {
             up.rows,
             up.cols
         );
-        let mut g = vec![0f32; n * m];
-        let mut u = vec![0f32; n * m];
-        let mut a = vec![0f32; n * m];
+        let mut g = self.guards.alloc(n * m);
+        let mut u = self.guards.alloc(n * m);
+        let mut a = self.guards.alloc(n * m);
         if n > 0 && m > 0 {
-            let out = |v: &mut Vec<f32>| Out {
+            let out = |v: &mut guard::OutBuf| Out {
                 ptr: v.as_mut_ptr(),
                 m,
                 len: n * m,
@@ -878,9 +892,9 @@ impl Backend for CpuBackend {
             });
         }
         (
-            CpuTensor::new(n, m, g),
-            CpuTensor::new(n, m, u),
-            CpuTensor::new(n, m, a),
+            CpuTensor::new(n, m, self.guards.finish("gate_up_act (gate)", g)),
+            CpuTensor::new(n, m, self.guards.finish("gate_up_act (up)", u)),
+            CpuTensor::new(n, m, self.guards.finish("gate_up_act (act)", a)),
         )
     }
 
@@ -1032,7 +1046,7 @@ impl Backend for CpuBackend {
                 items.push((si, i));
             }
         }
-        let mut out = vec![0f32; q.rows * q_dim];
+        let mut out = self.guards.alloc(q.rows * q_dim);
         let o = Out {
             ptr: out.as_mut_ptr(),
             m: q_dim,
@@ -1140,7 +1154,11 @@ impl Backend for CpuBackend {
                 HostTensor::new(vec![score_len], probs_all)
             });
         }
-        Ok(CpuTensor::new(q.rows, q_dim, out))
+        Ok(CpuTensor::new(
+            q.rows,
+            q_dim,
+            self.guards.finish("attention", out),
+        ))
     }
 }
 

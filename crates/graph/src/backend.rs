@@ -101,6 +101,13 @@ pub trait Backend {
         &[]
     }
 
+    /// Out-of-bounds writes detected since the last call, for backends that can guard the
+    /// memory they own (the cpu backend's `with_output_guards`); `check --ops` fails a case
+    /// that leaves any. Empty for backends that cannot tell.
+    fn guard_violations(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     fn load_weight(&self, w: WeightView<'_>) -> Result<Self::Weight, BackendError>;
     fn alloc_kv(&self, layout: KvLayout) -> Result<Self::KvCache, BackendError>;
 

@@ -4,11 +4,15 @@
 
 use anyhow::Result;
 use clap::Args;
-use lockstep_verify::check::run_checks;
+use lockstep_backend_cpu::{CpuBackend, CpuOptions};
+use lockstep_backend_ref::RefBackend;
+use lockstep_engine::Engine;
+use lockstep_models::Model;
+use lockstep_verify::check::{run_tap_checks, EngineVariant};
 use lockstep_verify::diff::fmt_e;
-use lockstep_verify::{parse_ids, VerifyError};
+use lockstep_verify::{parse_ids, AnyEngine, VerifyError};
 
-use super::trace::{engine_config, open_engine, open_model, VerifyModelArgs, BACKENDS};
+use super::trace::{engine_config, open_model, VerifyModelArgs, BACKENDS};
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
@@ -23,12 +27,24 @@ pub struct CheckArgs {
     /// A prompt as token ids (repeatable), e.g. `--ids 1,2,3`.
     #[arg(long)]
     pub ids: Vec<String>,
-    /// NMSE allowed on the logits (default 0: bitwise equality).
+    /// NMSE allowed per tap for invariances the backend does not declare bitwise (default 0:
+    /// bitwise equality).
     #[arg(long, default_value_t = 0.0)]
     pub tolerance: f64,
+    /// Seed of the batch placements and block scrambles.
+    #[arg(long, default_value_t = 0x5eed)]
+    pub seed: u64,
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Op-level harness instead: every op of the backend interface on random inputs against
+    /// the reference, over many shapes and every weight type (no model needed).
+    #[arg(long)]
+    pub ops: bool,
+    /// With --ops: only ops matching these comma-separated globs (`matmul`, `attention`,
+    /// `matmul.Q4_K`; `-` excludes).
+    #[arg(long, default_value = "")]
+    pub filter: String,
 }
 
 const DEFAULT_PROMPTS: &[&str] = &[
@@ -38,6 +54,9 @@ const DEFAULT_PROMPTS: &[&str] = &[
 ];
 
 pub fn run(args: CheckArgs) -> Result<i32> {
+    if args.ops {
+        return run_ops(&args);
+    }
     let m = open_model(&args.model)?;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     for p in &args.prompts {
@@ -53,24 +72,49 @@ pub fn run(args: CheckArgs) -> Result<i32> {
             .collect();
     }
     let base = engine_config(&args.model);
-    let inject = args.model.inject.clone();
-    let backend = args.backend.clone();
     let file = &m.file;
-    let mut name = String::new();
-    let mut open = |cfg| {
-        let e = open_engine(&backend, inject.as_deref(), file, cfg)
-            .map_err(|e| VerifyError::Input(format!("{e:#}")))?;
-        name = e.backend_name();
-        Ok(e)
+    let backend = args.backend.clone();
+    if args.model.inject.is_some() {
+        anyhow::bail!(
+            "check runs on `ref` or `cpu`; --inject is for `trace`/`diff` with `--b faulty`"
+        );
+    }
+    let mut open = |v: &EngineVariant| -> Result<Box<dyn AnyEngine + Send>, VerifyError> {
+        let cfg = v.config.clone();
+        let err = |e: String| VerifyError::Input(e);
+        match backend.as_str() {
+            "ref" => {
+                let b = RefBackend::new();
+                let model = Model::load(file, &b).map_err(|e| err(e.to_string()))?;
+                Ok(Box::new(Engine::new(b, model, cfg)?))
+            }
+            "cpu" => {
+                let b = CpuBackend::new(CpuOptions {
+                    threads: v.threads,
+                    ..CpuOptions::default()
+                });
+                let model = Model::load(file, &b).map_err(|e| err(e.to_string()))?;
+                Ok(Box::new(Engine::new(b, model, cfg)?))
+            }
+            other => Err(err(format!("check runs on `ref` or `cpu`, not `{other}`"))),
+        }
     };
-    let results = run_checks(&mut open, base, &prompts, args.tolerance)?;
+    let t0 = std::time::Instant::now();
+    let results = run_tap_checks(
+        &mut open,
+        &backend,
+        base,
+        &prompts,
+        args.tolerance,
+        args.seed,
+    )?;
     let ok = results.iter().all(|r| r.pass);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {
         let lens: Vec<String> = prompts.iter().map(|p| p.len().to_string()).collect();
         println!(
-            "lockstep check: backend {name}, {} prompts ({} tokens), tolerance {}",
+            "lockstep check: backend {backend}, {} prompts ({} tokens), every tap compared; bitwise where the backend declares it, else {}",
             prompts.len(),
             lens.join("/"),
             if args.tolerance == 0.0 {
@@ -81,24 +125,66 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         );
         for r in &results {
             println!(
-                "  {:<4}  {:<30} NMSE {:>9}  max|d| {:>9}  differing {:>7}/{:<8} {}",
+                "  {:<4}  {:<34} {:>8} taps  worst NMSE {:>9}  {}",
                 if r.pass { "ok" } else { "FAIL" },
                 r.name,
-                fmt_e(r.metrics.nmse),
-                fmt_e(r.metrics.max_abs),
-                r.metrics.n_diff,
-                r.metrics.n,
-                r.detail
+                r.compared,
+                fmt_e(r.worst.nmse),
+                if r.bitwise { "(declared bitwise)" } else { "" }
             );
+            if let Some(f) = &r.first_break {
+                println!(
+                    "        first break: {} at prompt {} position {} ({}): NMSE {}, max|d| {}, {} of {} elements differ",
+                    f.tap,
+                    f.prompt,
+                    f.position,
+                    f.variant,
+                    fmt_e(f.metrics.nmse),
+                    fmt_e(f.metrics.max_abs),
+                    f.metrics.n_diff,
+                    f.metrics.n
+                );
+            }
         }
         println!(
-            "result: {}",
+            "result: {} ({:.1}s)",
             if ok {
                 "all invariances hold"
             } else {
                 "INVARIANCE BROKEN"
-            }
+            },
+            t0.elapsed().as_secs_f64()
         );
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// `check --ops`: the op harness on the named backend.
+fn run_ops(args: &CheckArgs) -> Result<i32> {
+    use lockstep_verify::isolate::Arithmetic;
+    use lockstep_verify::ops::{check_ops, render_ops};
+    let report = match args.backend.as_str() {
+        "ref" => check_ops(
+            &lockstep_backend_ref::RefBackend::new(),
+            "ref",
+            Arithmetic::Exact,
+            &args.filter,
+        ),
+        "cpu" => check_ops(
+            &CpuBackend::new(CpuOptions::default()).with_output_guards(),
+            "cpu",
+            Arithmetic::Quant8,
+            &args.filter,
+        ),
+        other => anyhow::bail!("check --ops runs on `ref` or `cpu`, not `{other}`"),
+    };
+    if report.cases.is_empty() {
+        anyhow::bail!("no op matches the filter `{}`", args.filter);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_ops(&report, true));
+    }
+    Ok(if report.pass() { 0 } else { 1 })
 }

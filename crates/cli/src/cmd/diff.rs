@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use lockstep_verify::{diff_engines, diff_traces, render, Profile, Trace};
 
+use super::isolate;
 use super::trace::{
     engine_config, fault_names, open_engine, open_model, run_spec, PromptArgs, VerifyModelArgs,
     BACKENDS,
@@ -52,6 +53,17 @@ pub struct DiffArgs {
     /// List the seeded faults of this build and exit.
     #[arg(long)]
     pub list_faults: bool,
+    /// Also recompute every op of B on the reference from B's own recorded inputs (isolated-op
+    /// verdicts). Runs by itself after a DIVERGE verdict unless `--no-isolate`.
+    #[arg(long, conflicts_with = "no_isolate")]
+    pub isolate: bool,
+    /// Skip the isolated-op pass after a DIVERGE verdict.
+    #[arg(long)]
+    pub no_isolate: bool,
+    /// B's arithmetic for the isolated bounds (`exact`, `quant8`, `float`); default: what B's
+    /// backend name declares.
+    #[arg(long)]
+    pub arithmetic: Option<String>,
 }
 
 pub fn run(args: DiffArgs) -> Result<i32> {
@@ -72,6 +84,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         return super::diff_foreign::run(&args, reference, trace);
     }
     let t0 = Instant::now();
+    let mut isolation = None;
     let report = match args.files.as_slice() {
         [fa, fb] => {
             for f in [fa, fb] {
@@ -96,7 +109,13 @@ pub fn run(args: DiffArgs) -> Result<i32> {
                 );
             }
             let profile = pick_profile(&args, &a.meta.backend, &b.meta.backend)?;
-            diff_traces(&a, &b, profile)
+            let report = diff_traces(&a, &b, profile);
+            if args.isolate || (!report.agree() && !args.no_isolate) {
+                let file = open_model(&args.model)?.file;
+                let arith = isolate::arithmetic(args.arithmetic.as_deref(), &b.meta.backend)?;
+                isolation = Some(isolate::from_trace(&b, &file, arith)?);
+            }
+            report
         }
         [] => {
             let m = open_model(&args.model)?;
@@ -112,21 +131,46 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             let mut eb = open_engine(&args.b, inject_b, &m.file, cfg)?;
             let spec = run_spec(&m.tokenizer, &args.prompt, &args.filter, ea.n_vocab())?;
             let profile = pick_profile(&args, &ea.backend_name(), &eb.backend_name())?;
-            diff_engines(ea.as_mut(), eb.as_mut(), &spec, profile)?
+            let report = diff_engines(ea.as_mut(), eb.as_mut(), &spec, profile)?;
+            if args.isolate || (!report.agree() && !args.no_isolate) {
+                drop(ea);
+                let arith = isolate::arithmetic(args.arithmetic.as_deref(), &eb.backend_name())?;
+                isolation = Some(isolate::from_engine(
+                    eb.as_mut(),
+                    &report,
+                    &spec,
+                    &m.file,
+                    arith,
+                )?);
+            }
+            report
         }
         _ => bail!("give two trace files, or none and a model (-m) with --a/--b"),
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        match &isolation {
+            Some(iso) => println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &serde_json::json!({"diff": report, "isolated": iso})
+                )?
+            ),
+            None => println!("{}", serde_json::to_string_pretty(&report)?),
+        }
     } else {
         print!("{}", render(&report, args.verbose));
+        if let Some(iso) = &isolation {
+            isolate::print(iso, &report);
+        }
         eprintln!(
             "time: {:.2}s total, {:.3}s comparing",
             t0.elapsed().as_secs_f64(),
             report.compare_seconds
         );
     }
-    Ok(if report.agree() { 0 } else { 1 })
+    // A wrong op found in isolation is a divergence even when the whole run agrees.
+    let isolated_ok = isolation.as_ref().is_none_or(|i| i.agree());
+    Ok(if report.agree() && isolated_ok { 0 } else { 1 })
 }
 
 fn pick_profile(args: &DiffArgs, a: &str, b: &str) -> Result<Profile> {

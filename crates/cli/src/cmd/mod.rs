@@ -7,6 +7,7 @@ pub mod diff_foreign;
 pub mod doctor;
 pub mod fetch;
 pub mod inspect;
+pub mod isolate;
 pub mod run;
 pub mod serve;
 pub mod synth;

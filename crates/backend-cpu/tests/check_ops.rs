@@ -1,0 +1,176 @@
+//! `lockstep check --ops` on the cpu backend: every op of the backend interface, every weight
+//! type, many shapes, within the per-op bounds of the cpu's declared arithmetic; the reference
+//! against itself bitwise; and the harness does fail a backend whose ops are slightly wrong or
+//! produce NaN (a harness that cannot fail proves nothing).
+
+mod common;
+
+use common::*;
+use lockstep_backend_ref::RefBackend;
+use lockstep_graph::{
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
+    Taps, WeightView,
+};
+use lockstep_verify::isolate::Arithmetic;
+use lockstep_verify::ops::{check_ops, render_ops};
+
+#[test]
+fn cpu_passes_every_op_case() {
+    // Guard-checked outputs: an out-of-bounds write by any kernel fails its case.
+    let r = check_ops(&cpu(2).with_output_guards(), "cpu", Arithmetic::Quant8, "");
+    assert!(r.pass(), "{}", render_ops(&r, false));
+    let ops: std::collections::BTreeSet<&str> = r.cases.iter().map(|c| c.op.as_str()).collect();
+    for op in [
+        "embed",
+        "matmul",
+        "gate_up_act",
+        "add",
+        "scale",
+        "add_bias",
+        "act_mul",
+        "select_rows",
+        "rms_norm",
+        "rope",
+        "kv_store",
+        "attention",
+    ] {
+        assert!(ops.contains(op), "no `{op}` case");
+    }
+    // Every weight type the quant crate can write was run (none rejected by the backend).
+    let types: std::collections::BTreeSet<&str> = r
+        .cases
+        .iter()
+        .filter(|c| c.op == "matmul")
+        .map(|c| c.ty.as_str())
+        .collect();
+    assert!(types.len() >= 15, "matmul types {types:?}");
+    assert_eq!(r.cases.iter().filter(|c| c.unsupported).count(), 0);
+    // The cpu really differs from the reference somewhere (the bounds are doing work).
+    assert!(r.cases.iter().any(|c| c.metrics.n_diff > 0));
+    eprintln!("check --ops cpu: {} cases in {:.1}s", r.n_run(), r.seconds);
+}
+
+#[test]
+fn reference_is_bitwise_itself() {
+    let r = check_ops(&RefBackend::new(), "ref", Arithmetic::Exact, "");
+    assert!(r.pass(), "{}", render_ops(&r, false));
+    assert!(r.cases.iter().all(|c| c.metrics.n_diff == 0));
+}
+
+#[test]
+fn filter_selects_ops() {
+    let r = check_ops(&cpu(1), "cpu", Arithmetic::Quant8, "matmul.Q4_K");
+    assert!(!r.cases.is_empty());
+    assert!(r.cases.iter().all(|c| c.op == "matmul" && c.ty == "Q4_K"));
+}
+
+/// The cpu backend with one kind of op made wrong.
+struct Broken {
+    inner: lockstep_backend_cpu::CpuBackend,
+    /// Scales every matmul output by this.
+    matmul_factor: f32,
+    /// Puts a NaN into the first element of every act_mul output.
+    nan_in_act: bool,
+}
+
+impl Backend for Broken {
+    type Tensor = <lockstep_backend_cpu::CpuBackend as Backend>::Tensor;
+    type Weight = <lockstep_backend_cpu::CpuBackend as Backend>::Weight;
+    type KvCache = <lockstep_backend_cpu::CpuBackend as Backend>::KvCache;
+    fn name(&self) -> &str {
+        "broken"
+    }
+    fn load_weight(&self, w: WeightView<'_>) -> Result<Self::Weight, BackendError> {
+        self.inner.load_weight(w)
+    }
+    fn alloc_kv(&self, l: KvLayout) -> Result<Self::KvCache, BackendError> {
+        self.inner.alloc_kv(l)
+    }
+    fn to_host(&self, t: &Self::Tensor) -> HostTensor {
+        self.inner.to_host(t)
+    }
+    fn embed(&self, t: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor, BackendError> {
+        self.inner.embed(t, ids)
+    }
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Self::Tensor {
+        let y = self.inner.matmul(x, w);
+        self.inner.scale(&y, self.matmul_factor)
+    }
+    fn add_bias(&self, x: &Self::Tensor, b: &Self::Weight) -> Self::Tensor {
+        self.inner.add_bias(x, b)
+    }
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Self::Tensor {
+        self.inner.rms_norm(x, w, eps)
+    }
+    fn add(&self, a: &Self::Tensor, b: &Self::Tensor) -> Self::Tensor {
+        self.inner.add(a, b)
+    }
+    fn scale(&self, x: &Self::Tensor, s: f32) -> Self::Tensor {
+        self.inner.scale(x, s)
+    }
+    fn act_mul(&self, g: &Self::Tensor, u: &Self::Tensor, act: Activation) -> Self::Tensor {
+        let y = self.inner.act_mul(g, u, act);
+        if !self.nan_in_act {
+            return y;
+        }
+        let mut h = self.inner.to_host(&y);
+        h.data[0] = f32::NAN;
+        lockstep_backend_cpu::CpuTensor::from_vec(h.rows(), h.cols(), h.data)
+    }
+    fn rope(&self, x: &Self::Tensor, pos: &[u32], p: RopeParams) -> Self::Tensor {
+        self.inner.rope(x, pos, p)
+    }
+    fn select_rows(&self, x: &Self::Tensor, rows: &[usize]) -> Self::Tensor {
+        self.inner.select_rows(x, rows)
+    }
+    fn kv_store(
+        &self,
+        c: &mut Self::KvCache,
+        l: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        b: &Batch,
+    ) -> Result<(), BackendError> {
+        self.inner.kv_store(c, l, k, v, b)
+    }
+    fn attention(
+        &self,
+        c: &Self::KvCache,
+        l: usize,
+        q: &Self::Tensor,
+        b: &Batch,
+        p: AttentionParams,
+        t: &mut Taps<'_>,
+    ) -> Result<Self::Tensor, BackendError> {
+        self.inner.attention(c, l, q, b, p, t)
+    }
+}
+
+#[test]
+fn harness_fails_slightly_wrong_matmuls_and_nan() {
+    let b = Broken {
+        inner: cpu(1),
+        matmul_factor: 1.001,
+        nan_in_act: true,
+    };
+    let r = check_ops(&b, "broken", Arithmetic::Quant8, "matmul,act_mul,add");
+    assert!(!r.pass());
+    // A 0.1% matmul error (NMSE 1e-6) fails every matmul case with at least 9 outputs (with
+    // two, the outputs can nearly cancel, and the op's own rounding legitimately reaches 0.1%
+    // of them); adds are untouched.
+    let passed: Vec<String> = r
+        .cases
+        .iter()
+        .filter(|c| c.op == "matmul" && c.pass && !c.shape.contains(" . W [2,"))
+        .map(|c| format!("{} {} {} {}", c.shape, c.ty, c.metrics.nmse, c.bound))
+        .collect();
+    assert!(passed.is_empty(), "{passed:?}");
+    assert!(r.cases.iter().filter(|c| c.op == "add").all(|c| c.pass));
+    let act: Vec<_> = r.cases.iter().filter(|c| c.op == "act_mul").collect();
+    assert!(!act.is_empty());
+    assert!(
+        act.iter().all(|c| !c.pass && c.note.contains("NaN")),
+        "{}",
+        render_ops(&r, true)
+    );
+}

@@ -1,0 +1,919 @@
+//! `lockstep check --ops`: every op of the [`Backend`] interface on random inputs against the
+//! reference backend, over many shapes and every weight type (the role of llama.cpp's
+//! `test-backend-ops`). Written against the trait alone, so any backend (the CUDA one too) runs
+//! it by calling [`check_ops`] with itself and the [`Arithmetic`] it declares.
+//!
+//! Inputs reach the backend through the interface: an activation is an F32 table loaded with
+//! `load_weight` and gathered with `embed` (so the values are exact), weights are quantized
+//! here with `lockstep-quant` and loaded like model weights. The reference computes each op on
+//! exactly what B's arithmetic declares it consumes (8-bit activations for quantized matmuls,
+//! f16-rounded K/V for an f16 cache), so what remains is float rounding, bounded per op as in
+//! the isolated verdicts (`crate::isolate`; derivations in `docs/verification.md`). A NaN or
+//! infinity in any output of B fails the case.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use lockstep_backend_ref::{RefBackend, RefWeight};
+use lockstep_graph::taps::Recorder;
+use lockstep_graph::{
+    Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
+    RopeParams, RopeStyle, Taps, WeightView,
+};
+use lockstep_quant::{GgmlType, ALL_TYPES};
+use serde::Serialize;
+
+use crate::diff::fmt_e;
+use crate::isolate::{
+    act_bound, attention_error_bounds, column_squares, kv_f16_bound, matmul_bound, norm_bound,
+    quantize_q8_f32, quantizes, rope_bound, rounding_bound, Arithmetic, AttnGeom,
+};
+use crate::metrics::{compare, Metrics};
+use crate::taps::TapFilter;
+
+/// One op on one shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpCase {
+    pub op: String,
+    pub shape: String,
+    /// Weight type (or `-`).
+    pub ty: String,
+    pub metrics: Metrics,
+    pub bound: f64,
+    pub pass: bool,
+    /// Why it failed beyond the numbers (NaN, an error from the backend), or why skipped.
+    pub note: String,
+    /// The backend does not support this case (a weight type it rejects at load): not run.
+    pub unsupported: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OpsReport {
+    pub backend: String,
+    pub arithmetic: Arithmetic,
+    pub cases: Vec<OpCase>,
+    pub seconds: f64,
+}
+
+impl OpsReport {
+    pub fn pass(&self) -> bool {
+        self.cases.iter().all(|c| c.pass || c.unsupported)
+    }
+
+    pub fn n_run(&self) -> usize {
+        self.cases.iter().filter(|c| !c.unsupported).count()
+    }
+}
+
+/// The table: op, shape, type, error, bound, pass; then the totals and the runtime.
+pub fn render_ops(r: &OpsReport, all: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "lockstep check --ops: backend {} (arithmetic `{}`) against ref",
+        r.backend,
+        r.arithmetic.name()
+    );
+    let _ = writeln!(
+        s,
+        "  {:<16} {:<44} {:<7} {:>10} {:>10}  result",
+        "op", "shape", "type", "NMSE", "bound"
+    );
+    for c in &r.cases {
+        if !all && c.pass && !c.unsupported {
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "  {:<16} {:<44} {:<7} {:>10} {:>10}  {}{}",
+            c.op,
+            c.shape,
+            c.ty,
+            if c.unsupported {
+                "-".into()
+            } else {
+                fmt_e(c.metrics.nmse)
+            },
+            if c.unsupported {
+                "-".into()
+            } else if c.bound == 0.0 {
+                "bitwise".into()
+            } else {
+                fmt_e(c.bound)
+            },
+            if c.unsupported {
+                "unsupported"
+            } else if c.pass {
+                "ok"
+            } else {
+                "FAIL"
+            },
+            if c.note.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.note)
+            }
+        );
+    }
+    let fails = r.cases.iter().filter(|c| !c.pass && !c.unsupported).count();
+    let unsupported = r.cases.iter().filter(|c| c.unsupported).count();
+    let mut ops: Vec<&str> = r.cases.iter().map(|c| c.op.as_str()).collect();
+    ops.dedup();
+    ops.sort_unstable();
+    ops.dedup();
+    let _ = writeln!(
+        s,
+        "{} cases of {} ops run, {} failed, {} unsupported, in {:.1}s: {}",
+        r.n_run(),
+        ops.len(),
+        fails,
+        unsupported,
+        r.seconds,
+        if r.pass() { "PASS" } else { "FAIL" }
+    );
+    s
+}
+
+/// A small deterministic generator (splitmix64): the cases are the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn uniform(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    /// Roughly normal (sum of four uniforms), scaled.
+    fn normal(&mut self, sigma: f32) -> f32 {
+        (self.uniform() + self.uniform() + self.uniform() + self.uniform()) * 0.866 * sigma
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    /// Activations with what real ones have: mixed row scales, an outlier, a zero run.
+    fn activations(&mut self, rows: usize, cols: usize) -> Vec<f32> {
+        let mut v = Vec::with_capacity(rows * cols);
+        for r in 0..rows {
+            let sigma = [1.0, 0.05, 8.0][r % 3];
+            for _ in 0..cols {
+                v.push(self.normal(sigma));
+            }
+        }
+        if rows * cols > 40 {
+            let o = self.below(rows * cols);
+            v[o] = 60.0;
+            let z = self.below(rows * cols - 32);
+            if cols >= 64 {
+                v[z..z + 32].fill(0.0);
+            }
+        }
+        v
+    }
+}
+
+/// One attention case: head layout, window, and per sequence `(first_pos, new rows)`.
+struct AttnCase<'a> {
+    label: &'a str,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    window: Option<u32>,
+    seqs: &'a [(u32, usize)],
+    masked: bool,
+}
+
+/// Runs B's op and the reference's; failures of B's op are reported, never panics.
+struct Harness<'b, B: Backend> {
+    b: &'b B,
+    r: RefBackend,
+    arith: Arithmetic,
+    filter: TapFilter,
+    cases: Vec<OpCase>,
+    rng: Rng,
+}
+
+fn bytes_f32(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl<'b, B: Backend> Harness<'b, B> {
+    fn wants(&self, op: &str, ty: &str) -> bool {
+        self.filter.matches(op) || self.filter.matches(&format!("{op}.{ty}"))
+    }
+
+    /// An activation `[rows, cols]` on B (an F32 table gathered by `embed`), and the same on
+    /// the reference.
+    fn upload(
+        &self,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+    ) -> Result<(B::Tensor, HostTensor), BackendError> {
+        let bytes = bytes_f32(data);
+        let dims = [cols as u64, rows as u64];
+        let view = WeightView {
+            name: "check_ops.input",
+            ty: GgmlType::F32,
+            dims: &dims,
+            data: &bytes,
+        };
+        let w = self.b.load_weight(view)?;
+        let ids: Vec<u32> = (0..rows as u32).collect();
+        let t = self.b.embed(&w, &ids)?;
+        Ok((t, HostTensor::matrix(rows, cols, data.to_vec())))
+    }
+
+    /// A weight `[rows, cols]` of type `ty` from `data`, on B and on the reference (which
+    /// dequantizes the very same bytes).
+    fn weight(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &[f32],
+    ) -> Result<(B::Weight, RefWeight), String> {
+        let bytes = lockstep_quant::quantize(ty, data, rows * cols).map_err(|e| e.to_string())?;
+        let dims: Vec<u64> = if rows == 1 {
+            vec![cols as u64]
+        } else {
+            vec![cols as u64, rows as u64]
+        };
+        let view = WeightView {
+            name: "check_ops.weight",
+            ty,
+            dims: &dims,
+            data: &bytes,
+        };
+        let rw = self.r.load_weight(view).map_err(|e| e.to_string())?;
+        let bw = self.b.load_weight(view).map_err(|e| e.to_string())?;
+        Ok((bw, rw))
+    }
+
+    fn record(
+        &mut self,
+        op: &str,
+        shape: String,
+        ty: &str,
+        exp: &HostTensor,
+        got: &HostTensor,
+        bound: f64,
+    ) {
+        let nan = got.data.iter().any(|v| v.is_nan()) && !exp.data.iter().any(|v| v.is_nan());
+        let metrics = if exp.shape == got.shape {
+            compare(&exp.data, &got.data)
+        } else {
+            Metrics::broken(exp.data.len())
+        };
+        let within = metrics.bitwise_equal()
+            || (bound > 0.0 && metrics.nmse.is_finite() && metrics.nmse <= bound);
+        let guards = self.b.guard_violations();
+        let note = if !guards.is_empty() {
+            format!("out-of-bounds write: {}", guards.join("; "))
+        } else if nan {
+            "NaN in the output".to_string()
+        } else if exp.shape != got.shape {
+            format!("shape {:?}, expected {:?}", got.shape, exp.shape)
+        } else {
+            String::new()
+        };
+        self.cases.push(OpCase {
+            op: op.into(),
+            shape,
+            ty: ty.into(),
+            metrics,
+            bound,
+            pass: within && !nan && guards.is_empty(),
+            note,
+            unsupported: false,
+        });
+    }
+
+    fn error(&mut self, op: &str, shape: String, ty: &str, why: String, unsupported: bool) {
+        self.cases.push(OpCase {
+            op: op.into(),
+            shape,
+            ty: ty.into(),
+            metrics: Metrics::broken(0),
+            bound: 0.0,
+            pass: false,
+            note: why,
+            unsupported,
+        });
+    }
+
+    fn embed_cases(&mut self, ty: GgmlType) {
+        if !self.wants("embed", ty.name()) {
+            return;
+        }
+        let cols = 256;
+        let rows = 37;
+        let data = self.rng.activations(rows, cols);
+        let shape = format!("table [{rows}, {cols}], ids [3, 0, 36, 3, 17]");
+        match self.weight(ty, rows, cols, &data) {
+            Ok((bw, rw)) => {
+                let ids = [3u32, 0, 36, 3, 17];
+                match (self.b.embed(&bw, &ids), self.r.embed(&rw, &ids)) {
+                    (Ok(got), Ok(exp)) => {
+                        let got = self.b.to_host(&got);
+                        self.record(
+                            "embed",
+                            shape,
+                            ty.name(),
+                            &exp,
+                            &got,
+                            rounding_bound(self.arith),
+                        );
+                    }
+                    (Err(e), _) | (_, Err(e)) => {
+                        self.error("embed", shape, ty.name(), e.to_string(), false)
+                    }
+                }
+                // An id outside the table must be an error, never a panic or a read past it.
+                if self.b.embed(&bw, &[rows as u32]).is_ok() {
+                    self.error(
+                        "embed",
+                        "id = rows (out of range)".into(),
+                        ty.name(),
+                        "accepted an id outside the table".into(),
+                        false,
+                    );
+                }
+            }
+            Err(e) => self.error("embed", shape, ty.name(), e, true),
+        }
+    }
+
+    fn matmul_case(&mut self, ty: GgmlType, n: usize, k: usize, m: usize) {
+        if !self.wants("matmul", ty.name()) {
+            return;
+        }
+        let shape = format!("x [{n}, {k}] . W [{m}, {k}]^T");
+        let wdata: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+        let xdata = self.rng.activations(n, k);
+        let (bw, rw) = match self.weight(ty, m, k, &wdata) {
+            Ok(w) => w,
+            Err(e) => return self.error("matmul", shape, ty.name(), e, true),
+        };
+        let (bx, rx) = match self.upload(n, k, &xdata) {
+            Ok(x) => x,
+            Err(e) => return self.error("matmul", shape, ty.name(), e.to_string(), false),
+        };
+        let got = self.b.to_host(&self.b.matmul(&bx, &bw));
+        let xq = if quantizes(self.arith, ty) {
+            quantize_q8_f32(&rx)
+        } else {
+            rx
+        };
+        let exp = self.r.matmul(&xq, &rw);
+        let bound = matmul_bound(self.arith, &column_squares(&rw.data, k), &xq, &exp);
+        self.record("matmul", shape, ty.name(), &exp, &got, bound);
+    }
+
+    fn gate_up_case(&mut self, ty: GgmlType, n: usize, k: usize, m: usize, act: Activation) {
+        let op = "gate_up_act";
+        if !self.wants(op, ty.name()) {
+            return;
+        }
+        let shape = format!("x [{n}, {k}], gate/up [{m}, {k}], {act:?}");
+        let g: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+        let u: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+        let xdata = self.rng.activations(n, k);
+        let (Ok((bg, rg)), Ok((bu, ru))) = (self.weight(ty, m, k, &g), self.weight(ty, m, k, &u))
+        else {
+            return self.error(op, shape, ty.name(), "weight type not loaded".into(), true);
+        };
+        let (bx, rx) = match self.upload(n, k, &xdata) {
+            Ok(x) => x,
+            Err(e) => return self.error(op, shape, ty.name(), e.to_string(), false),
+        };
+        let (og, ou, oa) = self.b.gate_up_act(&bx, &bg, &bu, act);
+        let (og, ou, oa) = (
+            self.b.to_host(&og),
+            self.b.to_host(&ou),
+            self.b.to_host(&oa),
+        );
+        let xq = if quantizes(self.arith, ty) {
+            quantize_q8_f32(&rx)
+        } else {
+            rx
+        };
+        let eg = self.r.matmul(&xq, &rg);
+        let eu = self.r.matmul(&xq, &ru);
+        let bg_ = matmul_bound(self.arith, &column_squares(&rg.data, k), &xq, &eg);
+        let bu_ = matmul_bound(self.arith, &column_squares(&ru.data, k), &xq, &eu);
+        self.record(op, format!("{shape}: gate"), ty.name(), &eg, &og, bg_);
+        self.record(op, format!("{shape}: up"), ty.name(), &eu, &ou, bu_);
+        // The activation on B's own products: the fused kernel must apply exactly act_mul.
+        if og.shape == ou.shape {
+            let ea = self.r.act_mul(&og, &ou, act);
+            let ba = act_bound(self.arith, act, &og.data, &ea);
+            self.record(op, format!("{shape}: act"), ty.name(), &ea, &oa, ba);
+        }
+    }
+
+    fn elementwise_cases(&mut self) {
+        let arith = self.arith;
+        for (n, c) in [(1usize, 67usize), (3, 576), (9, 1001), (33, 64)] {
+            let a = self.rng.activations(n, c);
+            let bdata = self.rng.activations(n, c);
+            let (Ok((ba, ra)), Ok((bb, rb))) = (self.upload(n, c, &a), self.upload(n, c, &bdata))
+            else {
+                continue;
+            };
+            let shape = format!("[{n}, {c}]");
+            if self.wants("add", "-") {
+                let got = self.b.to_host(&self.b.add(&ba, &bb));
+                let exp = self.r.add(&ra, &rb);
+                self.record("add", shape.clone(), "-", &exp, &got, rounding_bound(arith));
+            }
+            if self.wants("scale", "-") {
+                let got = self.b.to_host(&self.b.scale(&ba, 0.3125));
+                let exp = self.r.scale(&ra, 0.3125);
+                self.record(
+                    "scale",
+                    shape.clone(),
+                    "-",
+                    &exp,
+                    &got,
+                    rounding_bound(arith),
+                );
+            }
+            if self.wants("add_bias", "-") {
+                let bias = self.rng.activations(1, c);
+                if let Ok((bw, rw)) = self.weight(GgmlType::F32, 1, c, &bias) {
+                    let got = self.b.to_host(&self.b.add_bias(&ba, &bw));
+                    let exp = self.r.add_bias(&ra, &rw);
+                    self.record(
+                        "add_bias",
+                        shape.clone(),
+                        "F32",
+                        &exp,
+                        &got,
+                        rounding_bound(arith),
+                    );
+                }
+            }
+            for act in [Activation::Silu, Activation::GeluTanh] {
+                if !self.wants("act_mul", "-") {
+                    break;
+                }
+                let got = self.b.to_host(&self.b.act_mul(&ba, &bb, act));
+                let exp = self.r.act_mul(&ra, &rb, act);
+                let bound = act_bound(arith, act, &ra.data, &exp);
+                self.record(
+                    "act_mul",
+                    format!("{shape} {act:?}"),
+                    "-",
+                    &exp,
+                    &got,
+                    bound,
+                );
+            }
+            if self.wants("select_rows", "-") {
+                let rows: Vec<usize> = (0..n).rev().chain([0]).collect();
+                let got = self.b.to_host(&self.b.select_rows(&ba, &rows));
+                let exp = self.r.select_rows(&ra, &rows);
+                self.record(
+                    "select_rows",
+                    format!("{shape} rows {rows:?}"),
+                    "-",
+                    &exp,
+                    &got,
+                    0.0,
+                );
+            }
+            // RMS norm of whole rows, and per head (groups of 64 / of an odd 67-wide row).
+            for g in [c, 64] {
+                if !self.wants("rms_norm", "-") || c % g != 0 {
+                    continue;
+                }
+                let w: Vec<f32> = (0..g).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+                if let Ok((bw, rw)) = self.weight(GgmlType::F32, 1, g, &w) {
+                    let got = self.b.to_host(&self.b.rms_norm(&ba, &bw, 1e-6));
+                    let exp = self.r.rms_norm(&ra, &rw, 1e-6);
+                    self.record(
+                        "rms_norm",
+                        format!("{shape} groups of {g}"),
+                        "F32",
+                        &exp,
+                        &got,
+                        norm_bound(arith, g),
+                    );
+                }
+            }
+        }
+    }
+
+    fn rope_cases(&mut self) {
+        if !self.wants("rope", "-") {
+            return;
+        }
+        for (style, hd, n_rot, base) in [
+            (RopeStyle::Norm, 64usize, 64usize, 10_000f32),
+            (RopeStyle::Neox, 64, 64, 1_000_000.0),
+            (RopeStyle::Neox, 128, 64, 10_000.0),
+            (RopeStyle::Norm, 96, 32, 100_000.0),
+        ] {
+            for (rows, heads) in [(1usize, 3usize), (5, 2)] {
+                let c = hd * heads;
+                let x = self.rng.activations(rows, c);
+                let positions: Vec<u32> = (0..rows)
+                    .map(|i| [0u32, 1, 7, 511, 4095][i % 5] + i as u32)
+                    .collect();
+                let Ok((bx, rx)) = self.upload(rows, c, &x) else {
+                    continue;
+                };
+                let p = RopeParams {
+                    style,
+                    head_dim: hd,
+                    n_rot,
+                    base,
+                };
+                let got = self.b.to_host(&self.b.rope(&bx, &positions, p));
+                let exp = self.r.rope(&rx, &positions, p);
+                let shape =
+                    format!("[{rows}, {heads}x{hd}] {style:?} n_rot {n_rot} pos {positions:?}");
+                self.record("rope", shape, "-", &exp, &got, rope_bound(self.arith));
+            }
+        }
+    }
+
+    /// K/V store and attention: sequences with history (prefill after a prefix, decode), GQA
+    /// and MQA layouts, a sliding window, explicit masks, fragmented (permuted) cache slots.
+    fn attention_case(&mut self, c: AttnCase<'_>, kv_f16: bool) {
+        let AttnCase {
+            label,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            window,
+            seqs,
+            masked,
+        } = c;
+        let op = "attention";
+        if !self.wants(op, "-") && !self.wants("kv_store", "-") {
+            return;
+        }
+        let kv_dim = nkv * hd;
+        let q_dim = nh * hd;
+        let shape = format!(
+            "{label}: {nh}q/{nkv}kv heads x {hd}, seqs (first_pos, rows) {seqs:?}{}{}",
+            window.map(|w| format!(", window {w}")).unwrap_or_default(),
+            if masked { ", mask" } else { "" }
+        );
+        // Cache: 2 layers (attention on layer 1), block size 4, slots handed out permuted.
+        let total: usize = seqs.iter().map(|&(p, n)| p as usize + n).sum();
+        let block = 4usize;
+        let n_blocks = total.div_ceil(block) + 3;
+        let layout = KvLayout {
+            n_layers: 2,
+            n_blocks,
+            block_size: block,
+            kv_dim,
+        };
+        let mut perm: Vec<u32> = (0..(n_blocks * block) as u32).collect();
+        for i in (1..perm.len()).rev() {
+            let j = self.rng.below(i + 1);
+            perm.swap(i, j);
+        }
+        // Every position of every sequence gets a slot; store all K/V (history and new rows).
+        let mut next = 0usize;
+        let mut store = Batch::default();
+        let mut seq_slots = Vec::new();
+        for &(first_pos, n_rows) in seqs {
+            let slots: Vec<u32> = (0..first_pos as usize + n_rows)
+                .map(|_| {
+                    let s = perm[next];
+                    next += 1;
+                    s
+                })
+                .collect();
+            for (p, &s) in slots.iter().enumerate() {
+                store.tokens.push(0);
+                store.positions.push(p as u32);
+                store.slots.push(s);
+            }
+            seq_slots.push(slots);
+        }
+        let kdata: Vec<f32> = (0..total * kv_dim).map(|_| self.rng.normal(1.0)).collect();
+        let vdata: Vec<f32> = (0..total * kv_dim).map(|_| self.rng.normal(1.0)).collect();
+        let n_q: usize = seqs.iter().map(|s| s.1).sum();
+        let qdata: Vec<f32> = (0..n_q * q_dim).map(|_| self.rng.normal(1.0)).collect();
+        let (Ok((bk, _)), Ok((bv, _)), Ok((bq, rq))) = (
+            self.upload(total, kv_dim, &kdata),
+            self.upload(total, kv_dim, &vdata),
+            self.upload(n_q, q_dim, &qdata),
+        ) else {
+            return self.error(op, shape, "-", "inputs not uploaded".into(), false);
+        };
+        // What B's cache holds, per its declared arithmetic.
+        let round = |v: &[f32]| -> Vec<f32> {
+            if kv_f16 {
+                v.iter()
+                    .map(|&x| lockstep_quant::fp16_to_f32(lockstep_quant::f32_to_fp16(x)))
+                    .collect()
+            } else {
+                v.to_vec()
+            }
+        };
+        let (rk, rv) = (
+            HostTensor::matrix(total, kv_dim, round(&kdata)),
+            HostTensor::matrix(total, kv_dim, round(&vdata)),
+        );
+        let mut batch = Batch::default();
+        let mut row = 0usize;
+        for (&(first_pos, n_rows), slots) in seqs.iter().zip(&seq_slots) {
+            let n_kv = slots.len();
+            let mask = masked.then(|| {
+                (0..n_rows * n_kv)
+                    .map(|e| {
+                        let (i, j) = (e / n_kv, e % n_kv);
+                        // Keep each query's own key, so no row is empty.
+                        j == first_pos as usize + i || self.rng.below(3) != 0
+                    })
+                    .collect::<Vec<bool>>()
+            });
+            batch.seqs.push(BatchSeq {
+                first_row: row,
+                n_rows,
+                first_pos,
+                kv_slots: slots.clone(),
+                mask,
+            });
+            for i in 0..n_rows {
+                batch.tokens.push(0);
+                batch.positions.push(first_pos + i as u32);
+                batch.slots.push(slots[first_pos as usize + i]);
+            }
+            row += n_rows;
+        }
+        let p = AttentionParams {
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window,
+        };
+        let run_b = || -> Result<(HostTensor, Recorder), BackendError> {
+            let mut cache = self.b.alloc_kv(layout)?;
+            self.b.kv_store(&mut cache, 1, &bk, &bv, &store)?;
+            let mut rec = Recorder::new();
+            let out = self
+                .b
+                .attention(&cache, 1, &bq, &batch, p, &mut Taps::new(&mut rec))?;
+            Ok((self.b.to_host(&out), rec))
+        };
+        let run_r = || -> Result<(HostTensor, Recorder), BackendError> {
+            let mut cache = self.r.alloc_kv(layout)?;
+            self.r.kv_store(&mut cache, 1, &rk, &rv, &store)?;
+            let mut rec = Recorder::new();
+            let out = self
+                .r
+                .attention(&cache, 1, &rq, &batch, p, &mut Taps::new(&mut rec))?;
+            Ok((out, rec))
+        };
+        let (got, brec) = match run_b() {
+            Ok(x) => x,
+            Err(e) => return self.error(op, shape, "-", e.to_string(), false),
+        };
+        let (exp, rrec) = match run_r() {
+            Ok(x) => x,
+            Err(e) => return self.error(op, shape, "-", format!("reference: {e}"), false),
+        };
+        // K/V read back: exactly the (f16-rounded) rows stored, per sequence in slot order.
+        for tap in ["k_read", "v_read"] {
+            let name = format!("blk.1.{tap}");
+            if let (Some(g), Some(e)) = (brec.get(&name), rrec.get(&name)) {
+                let src: Vec<f32> = if tap == "k_read" {
+                    kdata.clone()
+                } else {
+                    vdata.clone()
+                };
+                let bound = if kv_f16 {
+                    kv_f16_bound(&src)
+                } else {
+                    rounding_bound(self.arith)
+                };
+                let g = g.clone();
+                self.record("kv_store", format!("{shape}: {tap}"), "-", e, &g, bound);
+            }
+        }
+        // Output, with the bound summed over sequences.
+        let (mut num, mut score_num) = (0f64, 0f64);
+        let mut p_err_sq = 0f64;
+        let (rkq, rp) = (rrec.get("blk.1.kq"), rrec.get("blk.1.kq_softmax"));
+        let (Some(rkq), Some(rp)) = (rkq, rp) else {
+            return self.error(
+                op,
+                shape,
+                "-",
+                "the reference emitted no scores".into(),
+                false,
+            );
+        };
+        let (mut so, mut qo) = (0usize, 0usize);
+        for (seq, slots) in batch.seqs.iter().zip(&seq_slots) {
+            let n_kv = slots.len();
+            let ks: Vec<f32> = slots
+                .iter()
+                .flat_map(|&s| {
+                    let i = store.slots.iter().position(|&x| x == s).unwrap_or(0);
+                    rk.row(i).to_vec()
+                })
+                .collect();
+            let vs: Vec<f32> = slots
+                .iter()
+                .flat_map(|&s| {
+                    let i = store.slots.iter().position(|&x| x == s).unwrap_or(0);
+                    rv.row(i).to_vec()
+                })
+                .collect();
+            let g = AttnGeom {
+                n_q: seq.n_rows,
+                n_kv,
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: p.scale,
+            };
+            let n_sc = seq.n_rows * nh * n_kv;
+            let visible = |i: usize, j: usize| -> bool {
+                let pos = seq.first_pos + i as u32;
+                let j32 = j as u32;
+                j32 <= pos
+                    && window.is_none_or(|w| pos - j32 < w)
+                    && seq.mask.as_ref().is_none_or(|m| m[i * n_kv + j])
+            };
+            let (s_err, o_err, p_eps) = attention_error_bounds(
+                self.arith,
+                &g,
+                &rq.data[qo * q_dim..(qo + seq.n_rows) * q_dim],
+                &ks,
+                &vs,
+                &rkq.data[so..so + n_sc],
+                &rp.data[so..so + n_sc],
+                &visible,
+            );
+            score_num += s_err;
+            for (r, e) in p_eps.iter().enumerate() {
+                for &pj in &rp.data[so + r * n_kv..so + (r + 1) * n_kv] {
+                    p_err_sq += (e * f64::from(pj)).powi(2);
+                }
+            }
+            num += o_err.iter().map(|e| e * e).sum::<f64>();
+            so += n_sc;
+            qo += seq.n_rows;
+        }
+        let den: f64 = exp.data.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let bound = if den == 0.0 { 0.0 } else { num / den };
+        if self.wants(op, "-") {
+            self.record(op, shape.clone(), "-", &exp, &got, bound);
+            if let Some(g) = brec.get("blk.1.kq") {
+                let den: f64 = rkq
+                    .data
+                    .iter()
+                    .filter(|v| v.is_finite())
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum();
+                let b = if den == 0.0 { 0.0 } else { score_num / den };
+                let g = g.clone();
+                self.record(op, format!("{shape}: kq tap"), "-", rkq, &g, b);
+            }
+            if let Some(g) = brec.get("blk.1.kq_softmax") {
+                let g = g.clone();
+                let den: f64 = rp.data.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+                let b2 = if den == 0.0 { 0.0 } else { p_err_sq / den };
+                self.record(op, format!("{shape}: kq_softmax tap"), "-", rp, &g, b2);
+            }
+        }
+    }
+}
+
+/// Runs every case on backend `b` (named `name`, declaring `arith`) against the reference.
+/// `filter`: comma-separated globs over op names (`matmul`, `attention`, ...) or
+/// `op.TYPE` (`matmul.Q4_K`); empty = everything.
+pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str) -> OpsReport {
+    let t0 = Instant::now();
+    let mut h = Harness {
+        b,
+        r: RefBackend::new(),
+        arith,
+        filter: TapFilter::parse(filter),
+        cases: Vec::new(),
+        rng: Rng(0x5eed_0b5e),
+    };
+    let types: Vec<GgmlType> = ALL_TYPES
+        .iter()
+        .copied()
+        .filter(|t| t.is_supported() && *t != GgmlType::Q8K)
+        .collect();
+    for &ty in &types {
+        h.embed_cases(ty);
+    }
+    for &ty in &types {
+        let float = matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16);
+        // Rows of whole blocks; float weights also take odd row lengths.
+        let ks: &[usize] = if ty.block_size() == 256 {
+            &[256, 768]
+        } else {
+            &[64, 96, 1024]
+        };
+        for &k in ks {
+            for (n, m) in [(1usize, 2usize), (1, 67), (2, 33), (7, 16), (33, 9)] {
+                h.matmul_case(ty, n, k, m);
+            }
+        }
+        if float {
+            for k in [67usize, 300] {
+                h.matmul_case(ty, 3, k, 5);
+            }
+        }
+        // A long row.
+        h.matmul_case(ty, 2, 4096, 8);
+        for (n, act) in [(1usize, Activation::Silu), (5, Activation::GeluTanh)] {
+            h.gate_up_case(
+                ty,
+                n,
+                if ty.block_size() == 256 { 256 } else { 128 },
+                40,
+                act,
+            );
+        }
+    }
+    h.elementwise_cases();
+    h.rope_cases();
+    {
+        let kv_f16 = arith == Arithmetic::Quant8;
+        let cases: [AttnCase<'static>; 6] = [
+            AttnCase {
+                label: "MHA prefill",
+                n_heads: 4,
+                n_kv_heads: 4,
+                head_dim: 64,
+                window: None,
+                seqs: &[(0, 7)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA decode, 3 seqs",
+                n_heads: 8,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: None,
+                seqs: &[(5, 1), (0, 1), (12, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "MQA mixed batch",
+                n_heads: 6,
+                n_kv_heads: 1,
+                head_dim: 32,
+                window: None,
+                seqs: &[(3, 4), (9, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA sliding window",
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: Some(5),
+                seqs: &[(6, 6), (2, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA mask",
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: None,
+                seqs: &[(4, 5), (0, 3)],
+                masked: true,
+            },
+            AttnCase {
+                label: "long context",
+                n_heads: 2,
+                n_kv_heads: 1,
+                head_dim: 256,
+                window: Some(64),
+                seqs: &[(150, 2)],
+                masked: true,
+            },
+        ];
+        for c in cases {
+            h.attention_case(c, kv_f16);
+        }
+    }
+    OpsReport {
+        backend: name.to_string(),
+        arithmetic: arith,
+        cases: h.cases,
+        seconds: t0.elapsed().as_secs_f64(),
+    }
+}
