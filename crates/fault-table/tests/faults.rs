@@ -2,9 +2,11 @@
 //! real models, is localised by the whole-run diff against the reference
 //! (`lockstep diff --a ref --b cpu --inject F`) to exactly the tap (op, and sub-op where the
 //! kernel exposes it) and step where it enters, with every input of that tap agreeing; faults
-//! below the whole-run noise floor are asserted to AGREE (the isolated-op check must catch
-//! them: see the ISOLATE lines); and clean runs of every fixture prompt with 8 decode steps
-//! raise no alarm. One process per model, models loaded once.
+//! below the whole-run noise floor are asserted to AGREE there and to be named by the
+//! isolated-op verdict (`--isolate`: the block-scale error) or by the invariance `check`
+//! declares bitwise (the explicit-mask drift); and clean runs of every fixture prompt with 8
+//! decode steps raise no alarm, whole-run and isolated. One process per model, models loaded
+//! once.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +23,7 @@ use lockstep_verify::{
     diff_engine_vs_trace, diff_engines, record, render, DiffReport, MaskMode, Profile, RunSpec,
     TapFilter, TraceMeta,
 };
+use lockstep_verify::isolate::{isolate_trace, Arithmetic};
 
 fn cfg() -> EngineConfig {
     EngineConfig {
@@ -193,8 +196,53 @@ fn localise_all(model: &str) {
                         other.as_ref().map(|v| v.sentence())
                     )),
                 }
-                // ISOLATE (once verify-isolate is merged, one line):
-                // assert_eq!(isolated_verdict(&traces[&key], &mut ce, &spec).op, op);
+                if f == Fault::MaskDrift {
+                    // A few ulps in the softmax of the explicit-mask path: inside any bound
+                    // an isolated softmax may have, but the invariance `lockstep check`
+                    // declares bitwise (an all-true mask vs none) names it.
+                    let no_mask = RunSpec {
+                        mask: MaskMode::None,
+                        ..spec.clone()
+                    };
+                    let meta = TraceMeta {
+                        backend: "cpu".into(),
+                        ..TraceMeta::default()
+                    };
+                    let unmasked = record(&mut ce, &no_mask, meta).expect("cpu trace, no mask");
+                    let inv = diff_engine_vs_trace(&unmasked, &mut ce, &spec, Profile::Exact)
+                        .expect("diff");
+                    match &inv.verdict {
+                        Some(v) if v.step == 0 && v.tap == op => eprintln!(
+                            "{model} | {} | all-true mask vs none (check): {}",
+                            f.name(),
+                            v.sentence()
+                        ),
+                        other => failures.push(format!(
+                            "{model} {}: all-true mask vs none expected {op}, got {:?}",
+                            f.name(),
+                            other.as_ref().map(|v| v.sentence())
+                        )),
+                    }
+                } else {
+                    // The isolated-op verdict on the faulty run's own trace names the op.
+                    let meta = TraceMeta {
+                        backend: "cpu".into(),
+                        ..TraceMeta::default()
+                    };
+                    let faulty = record(&mut ce, &spec, meta).expect("faulty cpu trace");
+                    let iso = isolate_trace(&faulty, &file, Arithmetic::for_backend("cpu"))
+                        .expect("isolate");
+                    match iso.failures().first() {
+                        Some(c) if c.step == 0 && c.tap == op => {
+                            eprintln!("{model} | {} | isolated: {}", f.name(), iso.sentence())
+                        }
+                        _ => failures.push(format!(
+                            "{model} {}: isolated verdict expected {op}, got {}",
+                            f.name(),
+                            iso.sentence()
+                        )),
+                    }
+                }
             }
         }
     }
@@ -207,6 +255,7 @@ fn localise_all(model: &str) {
 /// without the O(n^2) attention score taps.
 fn clean_all(model: &str) {
     let path = model_path(model);
+    let file = GgufFile::open(&path).expect("open");
     let (mut re, mut ce) = engines(&path);
     ce.backend.set_fault(None);
     let mut alarms = Vec::new();
@@ -224,16 +273,28 @@ fn clean_all(model: &str) {
             ..RunSpec::default()
         };
         let report = diff_engines(&mut re, &mut ce, &spec, Profile::Quant).expect("diff");
-        eprintln!(
-            "{model} clean prompt {i} ({} tokens, 9 steps): {:.1}s",
-            p.len(),
-            t0.elapsed().as_secs_f64()
-        );
         assert_eq!(report.steps.len(), 9);
         assert!(report.steps.iter().all(|s| !s.taps.is_empty()));
         if !report.agree() {
             alarms.push(format!("{model} prompt {i}: {}", render(&report, false)));
         }
+        // Isolated: every op of the cpu run recomputed on the reference from its own inputs.
+        let meta = TraceMeta {
+            backend: "cpu".into(),
+            ..TraceMeta::default()
+        };
+        let trace = record(&mut ce, &spec, meta).expect("cpu trace");
+        let iso = isolate_trace(&trace, &file, Arithmetic::for_backend("cpu")).expect("isolate");
+        assert!(iso.checks.len() > 100, "{model} prompt {i}: isolation checked too little");
+        if !iso.agree() {
+            alarms.push(format!("{model} prompt {i}, isolated: {}", iso.sentence()));
+        }
+        eprintln!(
+            "{model} clean prompt {i} ({} tokens, 9 steps, {} isolated op checks): {:.1}s",
+            p.len(),
+            iso.checks.len(),
+            t0.elapsed().as_secs_f64()
+        );
     }
     assert!(alarms.is_empty(), "false alarms:\n{}", alarms.join("\n"));
 }

@@ -290,11 +290,12 @@ impl Invariance {
 }
 
 /// The invariances a backend declares to hold bit for bit on every tap. The reference holds
-/// them by construction, the cpu backend by a fixed per-element reduction order (ARCHITECTURE.md).
-/// A backend not listed declares none: its checks are measured against `--tolerance`.
+/// them by construction, the cpu and cuda backends by a fixed per-element reduction order
+/// (ARCHITECTURE.md). A backend not listed declares none: its checks are measured against
+/// `--tolerance`.
 pub fn bitwise_invariances(backend: &str) -> &'static [Invariance] {
     match backend.split('[').next().unwrap_or(backend) {
-        "ref" | "cpu" | "faulty" => ALL_INVARIANCES,
+        "ref" | "cpu" | "cuda" => ALL_INVARIANCES,
         _ => &[],
     }
 }

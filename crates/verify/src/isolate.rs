@@ -71,11 +71,12 @@ impl Arithmetic {
         }
     }
 
-    /// What a backend (as named in a trace) declares: `ref` and `faulty[...]` the reference's
-    /// operations, `cpu` 8-bit activations and an f16 cache, anything else f32.
+    /// What a backend (as named in a trace) declares: `ref` and `cuda` (whose kernels keep the
+    /// reference's operation order) the reference's operations, `cpu` 8-bit activations and an
+    /// f16 cache, anything else f32.
     pub fn for_backend(name: &str) -> Arithmetic {
         match name.split('[').next().unwrap_or(name) {
-            "ref" | "faulty" => Arithmetic::Exact,
+            "ref" | "cuda" => Arithmetic::Exact,
             "cpu" => Arithmetic::Quant8,
             _ => Arithmetic::Float,
         }

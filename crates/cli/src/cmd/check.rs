@@ -74,10 +74,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let base = engine_config(&args.model);
     let file = &m.file;
     let backend = args.backend.clone();
-    if args.model.inject.is_some() {
-        anyhow::bail!(
-            "check runs on `ref` or `cpu`; --inject is for `trace`/`diff` with `--b faulty`"
-        );
+    let inject = args.model.inject.clone();
+    if inject.is_some() && backend != "cpu" {
+        anyhow::bail!("--inject plants faults in the cpu backend's kernels: use `--backend cpu`");
     }
     let mut open = |v: &EngineVariant| -> Result<Box<dyn AnyEngine + Send>, VerifyError> {
         let cfg = v.config.clone();
@@ -89,14 +88,21 @@ pub fn run(args: CheckArgs) -> Result<i32> {
                 Ok(Box::new(Engine::new(b, model, cfg)?))
             }
             "cpu" => {
-                let b = CpuBackend::new(CpuOptions {
-                    threads: v.threads,
-                    ..CpuOptions::default()
-                });
+                let b = super::trace::cpu_backend(inject.as_deref(), v.threads)
+                    .map_err(|e| err(format!("{e:#}")))?;
                 let model = Model::load(file, &b).map_err(|e| err(e.to_string()))?;
                 Ok(Box::new(Engine::new(b, model, cfg)?))
             }
-            other => Err(err(format!("check runs on `ref` or `cpu`, not `{other}`"))),
+            #[cfg(feature = "cuda")]
+            "cuda" => {
+                // One GPU: the thread-count variant has no meaning there and runs as the default.
+                let b = super::trace::cuda_backend().map_err(|e| err(format!("{e:#}")))?;
+                let model = Model::load(file, &b).map_err(|e| err(e.to_string()))?;
+                Ok(Box::new(Engine::new(b, model, cfg)?))
+            }
+            other => Err(err(format!(
+                "check runs on `ref`, `cpu` or `cuda`, not `{other}`"
+            ))),
         }
     };
     let t0 = std::time::Instant::now();
@@ -176,7 +182,16 @@ fn run_ops(args: &CheckArgs) -> Result<i32> {
             Arithmetic::Quant8,
             &args.filter,
         ),
-        other => anyhow::bail!("check --ops runs on `ref` or `cpu`, not `{other}`"),
+        // The CUDA kernels keep the reference's operation order (bitwise, `--profile exact`):
+        // they are held to the reference's exact arithmetic.
+        #[cfg(feature = "cuda")]
+        "cuda" => check_ops(
+            &super::trace::cuda_backend()?,
+            "cuda",
+            Arithmetic::Exact,
+            &args.filter,
+        ),
+        other => anyhow::bail!("check --ops runs on `ref`, `cpu` or `cuda`, not `{other}`"),
     };
     if report.cases.is_empty() {
         anyhow::bail!("no op matches the filter `{}`", args.filter);

@@ -13,6 +13,7 @@ use lockstep_verify::namemap::MapContext;
 use lockstep_verify::{render, Profile, TapFilter};
 
 use super::diff::DiffArgs;
+use super::isolate;
 use super::trace::{engine_config, model_sha256, open_engine, open_model};
 
 pub fn run(args: &DiffArgs, reference: &str, trace: &Path) -> Result<i32> {
@@ -56,6 +57,23 @@ pub fn run(args: &DiffArgs, reference: &str, trace: &Path) -> Result<i32> {
         TapFilter::parse(&args.filter),
         profile,
     )?;
+    // Isolated-op verdicts: every foreign op recomputed on the reference from the foreign
+    // trace's own recorded inputs, so the op that is wrong is named even when errors have
+    // accumulated upstream. The arithmetic follows the trace's engine (`--arithmetic`
+    // overrides): llama.cpp quantizes activations to 8 bits and keeps an f16 cache.
+    let isolation = if args.isolate || (!report.agree() && !args.no_isolate) {
+        let engine = &foreign.trace.meta.backend;
+        let declared = if engine.starts_with("llama.cpp") {
+            "quant8"
+        } else {
+            engine.as_str()
+        };
+        let flag = args.arithmetic.as_deref().or(Some(declared).filter(|d| *d == "quant8"));
+        let arith = isolate::arithmetic(flag, engine)?;
+        Some(isolate::from_trace(&foreign.trace, &m.file, arith)?)
+    } else {
+        None
+    };
     if args.json {
         let j = serde_json::json!({
             "report": report,
@@ -63,16 +81,21 @@ pub fn run(args: &DiffArgs, reference: &str, trace: &Path) -> Result<i32> {
             "unmapped": foreign.unmapped,
             "skipped": foreign.skipped,
             "map": foreign.map.as_ref().map(|m| m.engine.clone()),
+            "isolated": isolation,
         });
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
         print!("{}", render_coverage(&foreign, &report));
         print!("{}", render(&report, args.verbose));
+        if let Some(iso) = &isolation {
+            isolate::print(iso, &report);
+        }
         eprintln!(
             "time: {:.2}s total, {:.3}s comparing",
             t0.elapsed().as_secs_f64(),
             report.compare_seconds
         );
     }
-    Ok(if report.agree() { 0 } else { 1 })
+    let isolated_ok = isolation.as_ref().is_none_or(|i| i.agree());
+    Ok(if report.agree() && isolated_ok { 0 } else { 1 })
 }

@@ -126,14 +126,17 @@ pub fn open_engine(
     }
     match name {
         "ref" => boxed(RefBackend::new(), file, cfg),
-        "cpu" => boxed(cpu_backend(inject)?, file, cfg),
+        "cpu" => boxed(cpu_backend(inject, None)?, file, cfg),
         "cuda" => boxed(cuda_backend()?, file, cfg),
         other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
     }
 }
 
 #[cfg(feature = "faults")]
-fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend> {
+pub fn cpu_backend(
+    inject: Option<&str>,
+    threads: Option<usize>,
+) -> Result<lockstep_backend_cpu::CpuBackend> {
     use lockstep_backend_cpu::{CpuBackend, CpuOptions, Fault};
     let fault = match inject {
         None => None,
@@ -141,18 +144,27 @@ fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend>
             format!("unknown fault `{s}` (known: {})", Fault::names().join(", "))
         })?),
     };
-    let mut b = CpuBackend::new(CpuOptions::default());
+    let mut b = CpuBackend::new(CpuOptions {
+        threads,
+        ..CpuOptions::default()
+    });
     b.set_fault(fault);
     Ok(b)
 }
 
 #[cfg(not(feature = "faults"))]
-fn cpu_backend(inject: Option<&str>) -> Result<lockstep_backend_cpu::CpuBackend> {
+pub fn cpu_backend(
+    inject: Option<&str>,
+    threads: Option<usize>,
+) -> Result<lockstep_backend_cpu::CpuBackend> {
     if inject.is_some() {
         bail!("this lockstep was built without fault injection (build with `--features faults`)");
     }
     Ok(lockstep_backend_cpu::CpuBackend::new(
-        lockstep_backend_cpu::CpuOptions::default(),
+        lockstep_backend_cpu::CpuOptions {
+            threads,
+            ..lockstep_backend_cpu::CpuOptions::default()
+        },
     ))
 }
 
