@@ -76,7 +76,7 @@ fn import_with(script: &str, model: &str, dir: &Path, args: &[&str]) -> PathBuf 
 /// `diff --json` of the trace against the reference: (exit code, the JSON).
 fn diff(model: &str, trace: &Path) -> (Option<i32>, Value) {
     let r = Command::new(env!("CARGO_BIN_EXE_lockstep"))
-        .args(["diff", "-m", model, "--ref", "ref", "--json"])
+        .args(["diff", "-m", model, "--ref", "ref", "--json", "--isolate"])
         .arg(trace)
         .output()
         .expect("run lockstep diff");
@@ -183,6 +183,20 @@ fn transformers_agrees(model: &str) {
         &[]
     };
     assert_eq!(lacked(&j), expected_lacked);
+    // Isolated: every transformers op recomputed on the reference from its own inputs agrees
+    // at f32 bounds, attention internals included.
+    let iso = &j["isolated"];
+    assert_eq!(iso["arithmetic"], "float", "{iso}");
+    let checks = iso["checks"].as_array().expect("isolated checks");
+    assert!(checks.len() > 500, "{} isolated checks", checks.len());
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
+    assert!(failed.is_empty(), "{model}: wrong in isolation: {failed:?}");
+    for kind in ["attention scores (scaled Q.K, masked)", "softmax", "RoPE"] {
+        assert!(
+            checks.iter().any(|c| c["what"].as_str().is_some_and(|w| w.starts_with(kind))),
+            "{model}: no isolated check of {kind}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -229,6 +243,18 @@ fn transformers_seeded_attention_bug_is_named() {
     // Doubled scores: NMSE exactly 1 (to rounding).
     let nmse = v["metrics"]["nmse"].as_f64().expect("nmse");
     assert!((nmse - 1.0).abs() < 1e-6, "{nmse}");
+    // In isolation, the first op wrong on identical inputs is the scores op too.
+    let first = j["isolated"]["checks"]
+        .as_array()
+        .expect("isolated checks")
+        .iter()
+        .find(|c| c["pass"] != true)
+        .expect("an op wrong in isolation");
+    assert_eq!(
+        (first["step"].as_u64(), first["tap"].as_str()),
+        (Some(0), Some("blk.0.kq")),
+        "{first}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
