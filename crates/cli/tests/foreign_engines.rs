@@ -193,7 +193,9 @@ fn transformers_agrees(model: &str) {
     assert!(failed.is_empty(), "{model}: wrong in isolation: {failed:?}");
     for kind in ["attention scores (scaled Q.K, masked)", "softmax", "RoPE"] {
         assert!(
-            checks.iter().any(|c| c["what"].as_str().is_some_and(|w| w.starts_with(kind))),
+            checks
+                .iter()
+                .any(|c| c["what"].as_str().is_some_and(|w| w.starts_with(kind))),
             "{model}: no isolated check of {kind}"
         );
     }

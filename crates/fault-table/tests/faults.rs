@@ -19,11 +19,11 @@ use lockstep_fault_table::{expected, BetweenOps, Expect, Fault, ModelFacts, OpFa
 use lockstep_gguf::{GgmlType, GgufFile};
 use lockstep_models::Model;
 use lockstep_testkit::{fixture_prompts, model_path};
+use lockstep_verify::isolate::{isolate_trace, Arithmetic};
 use lockstep_verify::{
     diff_engine_vs_trace, diff_engines, record, render, DiffReport, MaskMode, Profile, RunSpec,
     TapFilter, TraceMeta,
 };
-use lockstep_verify::isolate::{isolate_trace, Arithmetic};
 
 fn cfg() -> EngineConfig {
     EngineConfig {
@@ -285,7 +285,10 @@ fn clean_all(model: &str) {
         };
         let trace = record(&mut ce, &spec, meta).expect("cpu trace");
         let iso = isolate_trace(&trace, &file, Arithmetic::for_backend("cpu")).expect("isolate");
-        assert!(iso.checks.len() > 100, "{model} prompt {i}: isolation checked too little");
+        assert!(
+            iso.checks.len() > 100,
+            "{model} prompt {i}: isolation checked too little"
+        );
         if !iso.agree() {
             alarms.push(format!("{model} prompt {i}, isolated: {}", iso.sentence()));
         }
