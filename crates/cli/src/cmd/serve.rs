@@ -130,14 +130,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         path.display(),
         args.backend
     );
-    let handle = match args.backend.as_str() {
-        "cpu" => {
-            let threads = args.threads;
+    // The backend is made on the engine thread, which owns it from then on.
+    macro_rules! start_on {
+        ($make_backend:expr) => {
             lockstep_server::start(
                 move || {
                     scheduler(
                         &path,
-                        super::bench::make_cpu_backend(threads),
+                        $make_backend,
                         ctx,
                         cache,
                         prefix,
@@ -149,43 +149,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 cfg,
                 listener,
             )?
+        };
+    }
+    let handle = match args.backend.as_str() {
+        "cpu" => {
+            let threads = args.threads;
+            start_on!(super::bench::make_cpu_backend(threads))
         }
-        "ref" => lockstep_server::start(
-            move || {
-                scheduler(
-                    &path,
-                    RefBackend::new(),
-                    ctx,
-                    cache,
-                    prefix,
-                    sched_cfg,
-                    tokenizer,
-                )
-            },
-            served,
-            cfg,
-            listener,
-        )?,
+        "ref" => start_on!(RefBackend::new()),
         #[cfg(feature = "cuda")]
         "cuda" => {
             // Fail here, with the driver's message, rather than inside the engine thread.
             drop(super::trace::cuda_backend()?);
-            lockstep_server::start(
-                move || {
-                    scheduler(
-                        &path,
-                        super::trace::cuda_backend()?,
-                        ctx,
-                        cache,
-                        prefix,
-                        sched_cfg,
-                        tokenizer,
-                    )
-                },
-                served,
-                cfg,
-                listener,
-            )?
+            start_on!(super::trace::cuda_backend()?)
         }
         other => bail!("unknown or unavailable backend `{other}`"),
     };
