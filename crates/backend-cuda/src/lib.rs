@@ -21,16 +21,19 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
     Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
-    RopeStyle, Taps, WeightView,
+    RopeStyle, StepKey, Taps, WeightView,
 };
 
 pub mod compile;
 pub mod plan;
+pub mod steps;
+
+use steps::{Capacity, HostInput, InputKind};
 
 /// Seeded faults of the CUDA kernels (builds with the `faults` feature): name, the macro that
 /// turns it on in `kernels.cu`, and the real bug class it stands for.
@@ -73,7 +76,7 @@ fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> 
     Ok(None)
 }
 
-use plan::{AttnPlan, QuantDesc};
+use plan::QuantDesc;
 
 /// The kernel source, compiled by NVRTC at run time.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
@@ -103,6 +106,8 @@ impl Drop for CudaTensor {
 pub struct Pool {
     free: std::collections::HashMap<usize, Vec<CudaSlice<f32>>>,
     bytes: usize,
+    /// A step graph's own pool keeps every buffer: the graph's kernels point into them.
+    unbounded: bool,
 }
 
 impl Pool {
@@ -117,7 +122,7 @@ impl Pool {
 
     fn give(&mut self, b: CudaSlice<f32>) {
         let n = b.len();
-        if self.bytes + n * 4 <= Self::MAX_BYTES {
+        if self.unbounded || self.bytes + n * 4 <= Self::MAX_BYTES {
             self.bytes += n * 4;
             self.free.entry(n).or_default().push(b);
         }
@@ -175,19 +180,87 @@ struct Kernels {
     attention: CudaFunction,
 }
 
-/// Device copies of host tables, reused while the host table is unchanged (every layer of a
-/// step uses the same positions, slots and masks).
-#[derive(Default)]
-struct Uploads {
-    rope: Option<(Vec<u32>, usize, u32, CudaSlice<f64>)>,
-    slots: Option<(Vec<u32>, CudaSlice<u32>)>,
-    attn: Option<(AttnPlan, AttnDev)>,
-}
-
 struct AttnDev {
     info: CudaSlice<i32>,
     slots: CudaSlice<u32>,
     mask: CudaSlice<u8>,
+    /// A step graph's own score buffers (eager steps share the backend's).
+    scores: Option<Scores>,
+}
+
+/// A host table on the device (see [`steps`]).
+enum DevInput {
+    U32(CudaSlice<u32>),
+    F64(CudaSlice<f64>),
+    Attn(AttnDev),
+}
+
+struct Staged {
+    kind: InputKind,
+    host: HostInput,
+    dev: DevInput,
+    cap: Capacity,
+}
+
+/// A step shape: the model graph's key plus the cache the kernels write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct FullKey {
+    step: StepKey,
+    cache: u64,
+}
+
+/// What one step shape's graph owns: its input tables and every buffer its kernels use.
+struct StepStore {
+    key: FullKey,
+    inputs: Vec<Staged>,
+    pool: Arc<Mutex<Pool>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Ops run as they are called.
+    Eager,
+    /// Ops run as they are called, with their tables in the step's own buffers, so the next
+    /// step of this shape can be captured.
+    Record,
+    /// Ops are captured into a CUDA graph, not run.
+    Capture,
+}
+
+/// A CUDA graph that may move to another thread with its backend.
+struct SendGraph(CudaGraph);
+
+// SAFETY: a graph must not be used from two threads at once; it is reachable only through
+// the backend's `RefCell` (the backend is not `Sync`), so every use is from the one thread
+// that owns the backend at the time, and cudarc binds the context to that thread on launch.
+unsafe impl Send for SendGraph {}
+
+struct Captured {
+    graph: SendGraph,
+    store: StepStore,
+    out: CudaTensor,
+}
+
+/// Step graphs: recording, capture and replay of whole forward steps.
+struct Steps {
+    enabled: bool,
+    mode: Mode,
+    current: Option<StepStore>,
+    recorded: std::collections::HashMap<FullKey, StepStore>,
+    graphs: std::collections::HashMap<FullKey, Captured>,
+    /// Why the step being captured cannot be replayed (a table that differs from the staged
+    /// one, a buffer the graph would not own); the capture is dropped and the step rerun.
+    broken: Option<String>,
+    /// A buffer was allocated inside the capture: the graph's memory, never to be freed by us.
+    leaked: bool,
+    /// Shapes whose capture failed: run eagerly from then on.
+    refused: std::collections::HashSet<FullKey>,
+    /// The eager steps' tables, one per kind, reused while unchanged.
+    eager: Vec<Staged>,
+    /// Replayed steps, captured graphs and failed captures (for `lockstep bench`).
+    pub replays: usize,
+    pub captures: usize,
+    pub failed: usize,
 }
 
 /// Attention's score buffers, grown on demand.
@@ -206,7 +279,7 @@ pub struct CudaBackend {
     name: String,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
-    uploads: RefCell<Uploads>,
+    steps: RefCell<Steps>,
     scores: RefCell<Option<Scores>>,
     pool: Arc<Mutex<Pool>>,
     /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
@@ -217,6 +290,20 @@ type ProfileTable = (std::time::Instant, Vec<(&'static str, f64, usize)>);
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
+            let st = self.steps.borrow();
+            eprintln!(
+                "cuda step graphs: {} captured, {} replays, {} failed captures{}",
+                st.captures,
+                st.replays,
+                st.failed,
+                if st.enabled {
+                    ""
+                } else {
+                    " (disabled by LOCKSTEP_CUDA_GRAPHS=0)"
+                }
+            );
+        }
         if let Some(p) = &self.profile {
             let p = p.borrow();
             let total: f64 = p.1.iter().map(|e| e.1).sum();
@@ -349,7 +436,20 @@ impl CudaBackend {
                 None => "cuda".into(),
             },
             kernel_origin,
-            uploads: RefCell::default(),
+            steps: RefCell::new(Steps {
+                enabled: std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
+                mode: Mode::Eager,
+                current: None,
+                recorded: Default::default(),
+                graphs: Default::default(),
+                broken: None,
+                leaked: false,
+                refused: Default::default(),
+                eager: Vec::new(),
+                replays: 0,
+                captures: 0,
+                failed: 0,
+            }),
             scores: RefCell::new(None),
             pool: Arc::default(),
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
@@ -381,10 +481,29 @@ impl CudaBackend {
     /// element of its output). Left uninitialized: a zeroing memset would be one more launch
     /// per op, and decode of small models is bound by launches.
     /// An f32 output buffer, from the pool when one of that length is free (see [`Self::alloc`]).
+    ///
+    /// While a step is recorded or captured, buffers come from the step's own pool first
+    /// (a captured step makes the same requests in the same order as its recording, so every
+    /// request is met there or by the backend's pool, and the graph ends up owning them all).
     fn alloc_f32(&self, op: &str, n: usize) -> CudaSlice<f32> {
         let n = n.max(1);
+        let st = self.steps.borrow();
+        if let Some(store) = st.current.as_ref().filter(|_| st.mode != Mode::Eager) {
+            if let Some(b) = store.pool.lock().ok().and_then(|mut p| p.take(n)) {
+                return b;
+            }
+        }
         if let Some(b) = self.pool.lock().ok().and_then(|mut p| p.take(n)) {
             return b;
+        }
+        let capturing = st.mode == Mode::Capture;
+        drop(st);
+        if capturing {
+            // An allocation inside a capture becomes the graph's; the capture is dropped and
+            // this buffer must never be freed by us.
+            let mut st = self.steps.borrow_mut();
+            st.broken = Some(format!("{op}: a buffer of {n} floats was not in the pool"));
+            st.leaked = true;
         }
         self.alloc::<f32>(op, n)
     }
@@ -414,11 +533,16 @@ impl CudaBackend {
         cols: usize,
     ) -> CudaTensor {
         self.mark(op);
+        let st = self.steps.borrow();
+        let pool = match st.current.as_ref().filter(|_| st.mode != Mode::Eager) {
+            Some(store) => store.pool.clone(),
+            None => self.pool.clone(),
+        };
         CudaTensor {
             buf: Some(buf),
             rows,
             cols,
-            pool: self.pool.clone(),
+            pool,
         }
     }
 
@@ -460,28 +584,189 @@ impl CudaBackend {
         }
     }
 
-    fn slots_on_device(&self, slots: &[u32]) -> Result<(), BackendError> {
-        let mut up = self.uploads.borrow_mut();
-        if up.slots.as_ref().is_some_and(|(s, _)| s == slots) {
-            return Ok(());
+    /// A device buffer holding `host` (a one-element one for an empty table), with room for
+    /// `room` elements.
+    fn upload_room<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        op: &str,
+        host: &[T],
+        room: usize,
+    ) -> Result<CudaSlice<T>, BackendError> {
+        let room = room.max(host.len()).max(1);
+        // SAFETY: plain numbers; the kernels read only the prefix the tables say is written.
+        let mut d = unsafe { self.stream.alloc::<T>(room) }
+            .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")))?;
+        if !host.is_empty() {
+            let mut view = d.slice_mut(..host.len());
+            self.stream
+                .memcpy_htod(host, &mut view)
+                .map_err(|e| BackendError::Other(format!("cuda {op}: {e}")))?;
         }
-        let d = self.upload("kv_store slots", slots)?;
-        up.slots = Some((slots.to_vec(), d));
+        Ok(d)
+    }
+
+    /// The table `host` on the device, in new buffers with room for `cap`.
+    fn upload_input(&self, host: &HostInput, cap: Capacity) -> Result<DevInput, BackendError> {
+        Ok(match host {
+            HostInput::U32(v) => DevInput::U32(self.upload_room("inputs", v, cap.main)?),
+            HostInput::Rope { table, .. } => {
+                DevInput::F64(self.upload_room("rope table", table, cap.main)?)
+            }
+            HostInput::Attn(p) => DevInput::Attn(AttnDev {
+                info: self.upload_room("attention rows", &p.info, cap.info)?,
+                slots: self.upload_room("attention slots", &p.slots, cap.main)?,
+                mask: self.upload_room("attention mask", &p.mask, cap.mask)?,
+                scores: None,
+            }),
+        })
+    }
+
+    /// Rewrites a step's staged table in place (before a capture or a replay).
+    fn rewrite_input(&self, s: &mut Staged, host: HostInput) -> Result<(), BackendError> {
+        fn put<T: DeviceRepr>(
+            stream: &Arc<CudaStream>,
+            host: &[T],
+            d: &mut CudaSlice<T>,
+        ) -> Result<(), BackendError> {
+            if host.is_empty() {
+                return Ok(());
+            }
+            let mut view = d.slice_mut(..host.len());
+            stream
+                .memcpy_htod(host, &mut view)
+                .map_err(|e| BackendError::Other(format!("cuda step inputs: {e}")))
+        }
+        match (&host, &mut s.dev) {
+            (HostInput::U32(v), DevInput::U32(d)) => put(&self.stream, v, d)?,
+            (HostInput::Rope { table, .. }, DevInput::F64(d)) => put(&self.stream, table, d)?,
+            (HostInput::Attn(p), DevInput::Attn(d)) => {
+                put(&self.stream, &p.info, &mut d.info)?;
+                put(&self.stream, &p.slots, &mut d.slots)?;
+                put(&self.stream, &p.mask, &mut d.mask)?;
+            }
+            _ => unreachable!("a kind always derives the same table type"),
+        }
+        s.host = host;
         Ok(())
     }
 
-    fn attn_on_device(&self, p: AttnPlan) -> Result<(), BackendError> {
-        let mut up = self.uploads.borrow_mut();
-        if up.attn.as_ref().is_some_and(|(q, _)| *q == p) {
-            return Ok(());
+    /// Derives every table of a recorded step from `batch` and writes it to the step's
+    /// buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
+    fn restage(&self, store: &mut StepStore, batch: &Batch) -> Result<bool, BackendError> {
+        for s in &mut store.inputs {
+            let host = s.kind.derive(batch)?;
+            if !host.fits(s.cap) {
+                return Ok(false);
+            }
+            if host != s.host {
+                self.rewrite_input(s, host)?;
+            }
         }
-        let dev = AttnDev {
-            info: self.upload("attention rows", &p.info)?,
-            slots: self.upload("attention slots", &p.slots)?,
-            mask: self.upload("attention mask", &p.mask)?,
-        };
-        up.attn = Some((p, dev));
+        Ok(true)
+    }
+
+    /// Puts the table `host` of `kind` where the op's kernel will read it: in an eager step an
+    /// upload (skipped while the last table of that kind is the same); while recording, in the
+    /// step's own buffers sized for any step of its shape; while capturing, nothing is copied,
+    /// the table must be the one staged before the capture began.
+    fn stage(&self, kind: InputKind, host: HostInput) -> Result<(), BackendError> {
+        let mut st = self.steps.borrow_mut();
+        let st = &mut *st;
+        match st.mode {
+            Mode::Eager => {
+                if st.eager.iter().any(|s| s.kind == kind && s.host == host) {
+                    return Ok(());
+                }
+                let cap = kind.capacity(0, 0);
+                let dev = self.upload_input(&host, cap)?;
+                st.eager.retain(|s| s.kind != kind);
+                st.eager.push(Staged {
+                    kind,
+                    host,
+                    dev,
+                    cap,
+                });
+            }
+            Mode::Record => {
+                let Some(store) = st.current.as_mut() else {
+                    unreachable!("a recorded step has a store")
+                };
+                if let Some(s) = store.inputs.iter_mut().find(|s| s.kind == kind) {
+                    if s.host != host {
+                        // Run correctly now (the copy is queued after the kernels that read
+                        // the old table), but a replay could not know which table to stage.
+                        st.broken = Some(format!("{kind:?}: two different tables in one step"));
+                        if !host.fits(s.cap) {
+                            s.dev = self.upload_input(&host, s.cap)?;
+                            s.host = host;
+                        } else {
+                            self.rewrite_input(s, host)?;
+                        }
+                    }
+                    return Ok(());
+                }
+                let k = store.key.step;
+                let mut cap = kind.capacity(k.n_tokens, k.n_outputs);
+                if cap.scores * 20 > steps::MAX_GRAPH_SCORE_BYTES || !host.fits(cap) {
+                    st.broken = Some(format!("{kind:?}: tables too large to keep"));
+                    cap = kind.capacity(0, 0);
+                }
+                let mut dev = self.upload_input(&host, cap)?;
+                if let DevInput::Attn(a) = &mut dev {
+                    let n = cap.scores.max(1);
+                    a.scores = Some(Scores {
+                        scores: self.alloc("attention scores", n),
+                        exps: self.alloc("attention scores", n),
+                        probs: self.alloc("attention scores", n),
+                    });
+                }
+                store.inputs.push(Staged {
+                    kind,
+                    host,
+                    dev,
+                    cap,
+                });
+            }
+            Mode::Capture => {
+                let staged = st
+                    .current
+                    .as_ref()
+                    .and_then(|c| c.inputs.iter().find(|s| s.kind == kind));
+                match staged {
+                    Some(s) if s.host == host => {}
+                    Some(_) => st.broken = Some(format!("{kind:?}: differs from the staged table")),
+                    None => {
+                        // Cannot happen for a step of the recorded shape; the capture is
+                        // dropped and the step fails rather than read an unstaged table.
+                        st.broken = Some(format!("{kind:?}: not in the recording"));
+                        return Err(BackendError::Other(format!(
+                            "cuda step capture: {kind:?} was not recorded for this step shape"
+                        )));
+                    }
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Runs `f` with the device table of `kind` staged for the current op (and, for
+    /// attention, the score buffers the op should use when the step owns its own).
+    fn with_input<R>(&self, kind: InputKind, f: impl FnOnce(&DevInput) -> R) -> R {
+        let st = self.steps.borrow();
+        let list = match (st.mode, st.current.as_ref()) {
+            (Mode::Record | Mode::Capture, Some(store)) => &store.inputs,
+            _ => &st.eager,
+        };
+        match list.iter().find(|s| s.kind == kind) {
+            Some(s) => f(&s.dev),
+            None => unreachable!("ops stage their tables before reading them"),
+        }
+    }
+
+    /// Device pointer of a cache (a step graph's kernels write that cache).
+    fn cache_id(&self, cache: &CudaKvCache) -> u64 {
+        let (p, _sync) = cache.k.device_ptr(&self.stream);
+        p as u64
     }
 
     fn ensure_scores(&self, n: usize) {
@@ -514,6 +799,173 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn replay_step(
+        &self,
+        key: StepKey,
+        cache: &mut CudaKvCache,
+        batch: &Batch,
+    ) -> Result<Option<HostTensor>, BackendError> {
+        let fk = FullKey {
+            step: key,
+            cache: self.cache_id(cache),
+        };
+        let mut st = self.steps.borrow_mut();
+        let Some(c) = st.graphs.get_mut(&fk) else {
+            return Ok(None);
+        };
+        if !self.restage(&mut c.store, batch)? {
+            st.graphs.remove(&fk);
+            return Ok(None);
+        }
+        c.graph
+            .0
+            .launch()
+            .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
+        let out = &c.out;
+        let h = HostTensor::matrix(
+            out.rows,
+            out.cols,
+            self.host_f32("logits", out.buf(), out.rows * out.cols),
+        );
+        st.replays += 1;
+        Ok(Some(h))
+    }
+
+    fn begin_step(
+        &self,
+        key: StepKey,
+        cache: &CudaKvCache,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let fk = FullKey {
+            step: key,
+            cache: self.cache_id(cache),
+        };
+        let mut st = self.steps.borrow_mut();
+        st.mode = Mode::Eager;
+        st.broken = None;
+        st.leaked = false;
+        if !st.enabled
+            || self.profile.is_some()
+            || key.n_tokens == 0
+            || key.n_tokens > steps::MAX_GRAPH_TOKENS
+            || st.refused.contains(&fk)
+        {
+            return Ok(());
+        }
+        if let Some(mut store) = st.recorded.remove(&fk) {
+            // The second step of this shape: stage its tables, then capture its ops.
+            match self.restage(&mut store, batch) {
+                Ok(true) => {}
+                // Tables that do not fit, or a bad batch (the op reports it): run eagerly.
+                Ok(false) | Err(_) => return Ok(()),
+            }
+            if self
+                .stream
+                .begin_capture(
+                    cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                )
+                .is_err()
+            {
+                return Ok(());
+            }
+            st.mode = Mode::Capture;
+            st.current = Some(store);
+        } else if st.recorded.len() + st.graphs.len() < steps::MAX_GRAPHS {
+            st.mode = Mode::Record;
+            st.current = Some(StepStore {
+                key: fk,
+                inputs: Vec::new(),
+                pool: Arc::new(Mutex::new(Pool {
+                    unbounded: true,
+                    ..Pool::default()
+                })),
+            });
+        }
+        Ok(())
+    }
+
+    fn end_step(&self, logits: CudaTensor) -> Result<Option<HostTensor>, BackendError> {
+        let mode = self.steps.borrow().mode;
+        match mode {
+            Mode::Eager => Ok(Some(self.to_host(&logits))),
+            Mode::Record => {
+                let h = self.to_host(&logits);
+                drop(logits);
+                let mut st = self.steps.borrow_mut();
+                st.mode = Mode::Eager;
+                match (st.current.take(), st.broken.is_some()) {
+                    (Some(store), false) => {
+                        st.recorded.insert(store.key, store);
+                    }
+                    // Tables that cannot be staged: this shape runs eagerly from now on.
+                    (Some(store), true) => {
+                        st.refused.insert(store.key);
+                    }
+                    (None, _) => {}
+                }
+                Ok(Some(h))
+            }
+            Mode::Capture => {
+                let mut st = self.steps.borrow_mut();
+                st.mode = Mode::Eager;
+                let store = st.current.take();
+                let graph = self
+                    .stream
+                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+                match (graph, st.broken.take(), store) {
+                    (Ok(Some(graph)), None, Some(store)) => {
+                        graph.launch().map_err(|e| {
+                            BackendError::Other(format!("cuda step graph launch: {e}"))
+                        })?;
+                        let h = HostTensor::matrix(
+                            logits.rows,
+                            logits.cols,
+                            self.host_f32("logits", logits.buf(), logits.rows * logits.cols),
+                        );
+                        st.captures += 1;
+                        st.graphs.insert(
+                            store.key,
+                            Captured {
+                                graph: SendGraph(graph),
+                                store,
+                                out: logits,
+                            },
+                        );
+                        Ok(Some(h))
+                    }
+                    (_, _, store) => {
+                        // Nothing ran: the caller runs the step again, eagerly.
+                        st.failed += 1;
+                        if let Some(s) = &store {
+                            st.refused.insert(s.key);
+                        }
+                        if std::mem::take(&mut st.leaked) {
+                            std::mem::forget(logits);
+                            std::mem::forget(store);
+                        }
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
+    fn abandon_step(&self) {
+        let mut st = self.steps.borrow_mut();
+        let mode = std::mem::replace(&mut st.mode, Mode::Eager);
+        let store = st.current.take();
+        if mode == Mode::Capture {
+            let _ = self
+                .stream
+                .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+            st.failed += 1;
+            if std::mem::take(&mut st.leaked) {
+                std::mem::forget(store);
+            }
+        }
     }
 
     fn load_weight(&self, w: WeightView<'_>) -> Result<CudaWeight, BackendError> {
@@ -603,27 +1055,33 @@ impl Backend for CudaBackend {
                 });
             }
         }
-        let d_ids = self.upload("embed ids", ids)?;
+        let kind = InputKind::Ids { vocab: table.rows };
+        self.stage(kind, HostInput::U32(ids.to_vec()))?;
         let mut out = self.alloc_f32("embed", ids.len() * table.cols);
         if !ids.is_empty() {
             let cols = table.cols as i32;
             let d = table.desc;
-            let mut b = self.stream.launch_builder(&self.k.embed_rows);
-            b.arg(&table.data)
-                .arg(&d_ids)
-                .arg(&mut out)
-                .arg(&cols)
-                .arg(&d.id)
-                .arg(&d.block)
-                .arg(&d.bytes);
-            let cfg = LaunchConfig {
-                grid_dim: (ids.len() as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: `ids` were checked against the table's rows; `out` holds ids x cols.
-            unsafe { b.launch(cfg) }
-                .map_err(|e| BackendError::Other(format!("cuda embed: {e}")))?;
+            self.with_input(kind, |dev| {
+                let DevInput::U32(d_ids) = dev else {
+                    unreachable!("ids are u32")
+                };
+                let mut b = self.stream.launch_builder(&self.k.embed_rows);
+                b.arg(&table.data)
+                    .arg(d_ids)
+                    .arg(&mut out)
+                    .arg(&cols)
+                    .arg(&d.id)
+                    .arg(&d.block)
+                    .arg(&d.bytes);
+                let cfg = LaunchConfig {
+                    grid_dim: (ids.len() as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: `ids` were checked against the table's rows; `out` holds ids x cols.
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda embed: {e}")))
+            })?;
         }
         Ok(self.tensor("embed", out, ids.len(), table.cols))
     }
@@ -833,38 +1291,55 @@ impl Backend for CudaBackend {
         if n == 0 {
             return self.tensor("rope", out, x.rows, x.cols);
         }
-        let mut up = self.uploads.borrow_mut();
-        let fresh = !up.rope.as_ref().is_some_and(|(pos, nr, base, _)| {
-            pos == positions && *nr == p.n_rot && *base == p.base.to_bits()
-        });
-        if fresh {
-            let table = plan::rope_table(positions, p.n_rot, p.base);
-            let d = self
-                .upload("rope table", &table)
-                .unwrap_or_else(|e| device_failure("rope", e));
-            up.rope = Some((positions.to_vec(), p.n_rot, p.base.to_bits(), d));
-        }
-        let Some((_, _, _, table)) = &up.rope else {
-            unreachable!("set above")
+        let kind = InputKind::Rope {
+            n_rot: p.n_rot,
+            base_bits: p.base.to_bits(),
         };
+        // The table is a function of the positions: computed only when they changed.
+        let known = {
+            let st = self.steps.borrow();
+            let list = match (st.mode, st.current.as_ref()) {
+                (Mode::Record | Mode::Capture, Some(store)) => &store.inputs,
+                _ => &st.eager,
+            };
+            list.iter()
+                .find(|s| s.kind == kind)
+                .and_then(|s| match &s.host {
+                    HostInput::Rope { positions: ps, .. } if ps == positions => {
+                        Some(s.host.clone())
+                    }
+                    _ => None,
+                })
+        };
+        let host = known.unwrap_or_else(|| HostInput::Rope {
+            positions: positions.to_vec(),
+            table: plan::rope_table(positions, p.n_rot, p.base),
+        });
+        self.stage(kind, host)
+            .unwrap_or_else(|e| device_failure("rope", e));
         let (r, c, hd, h) = (x.rows as i32, x.cols as i32, p.head_dim as i32, half as i32);
         let style: i32 = match p.style {
             RopeStyle::Norm => 0,
             RopeStyle::Neox => 1,
         };
-        let mut l = self.stream.launch_builder(&self.k.rope);
-        l.arg(x.buf())
-            .arg(&mut out)
-            .arg(table)
-            .arg(&r)
-            .arg(&c)
-            .arg(&hd)
-            .arg(&h)
-            .arg(&style);
-        // SAFETY: one thread per element of x (rows x cols); the table has rows x half pairs.
-        unsafe { l.launch(self.elementwise("rope", n)) }
-            .unwrap_or_else(|e| device_failure("rope", e));
-        drop(up);
+        self.with_input(kind, |dev| {
+            let DevInput::F64(table) = dev else {
+                unreachable!("a rope table is f64")
+            };
+            let mut l = self.stream.launch_builder(&self.k.rope);
+            l.arg(x.buf())
+                .arg(&mut out)
+                .arg(table)
+                .arg(&r)
+                .arg(&c)
+                .arg(&hd)
+                .arg(&h)
+                .arg(&style);
+            // SAFETY: one thread per element of x (rows x cols); the table has rows x half
+            // pairs.
+            unsafe { l.launch(self.elementwise("rope", n)) }
+                .unwrap_or_else(|e| device_failure("rope", e));
+        });
         self.tensor("rope", out, x.rows, x.cols)
     }
 
@@ -878,19 +1353,24 @@ impl Backend for CudaBackend {
             .collect();
         let mut out = self.alloc_f32("select_rows", rows.len() * x.cols);
         if !rows.is_empty() {
-            let d = self
-                .upload("select_rows", &idx)
+            let kind = InputKind::Select { n_rows: x.rows };
+            self.stage(kind, HostInput::U32(idx))
                 .unwrap_or_else(|e| device_failure("select_rows", e));
             let c = x.cols as i32;
-            let mut l = self.stream.launch_builder(&self.k.gather_rows);
-            l.arg(x.buf()).arg(&d).arg(&mut out).arg(&c);
-            let cfg = LaunchConfig {
-                grid_dim: (rows.len() as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: every index was checked < x.rows.
-            unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("select_rows", e));
+            self.with_input(kind, |dev| {
+                let DevInput::U32(d) = dev else {
+                    unreachable!("row indices are u32")
+                };
+                let mut l = self.stream.launch_builder(&self.k.gather_rows);
+                l.arg(x.buf()).arg(d).arg(&mut out).arg(&c);
+                let cfg = LaunchConfig {
+                    grid_dim: (rows.len() as u32, 1, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: every index was checked < x.rows.
+                unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("select_rows", e));
+            });
         }
         self.tensor("select_rows", out, rows.len(), x.cols)
     }
@@ -931,29 +1411,32 @@ impl Backend for CudaBackend {
         if batch.slots.is_empty() {
             return Ok(());
         }
-        self.slots_on_device(&batch.slots)?;
-        let up = self.uploads.borrow();
-        let Some((_, slots)) = &up.slots else {
-            unreachable!("uploaded above")
+        let kind = InputKind::KvSlots {
+            n_slots: l.n_slots(),
         };
+        self.stage(kind, HostInput::U32(batch.slots.clone()))?;
         let base = layer * l.n_slots();
         let di = d as i32;
-        let mut b = self.stream.launch_builder(&self.k.kv_store);
-        b.arg(k.buf())
-            .arg(v.buf())
-            .arg(&mut cache.k)
-            .arg(&mut cache.v)
-            .arg(slots)
-            .arg(&base)
-            .arg(&di);
-        let cfg = LaunchConfig {
-            grid_dim: (batch.slots.len() as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: layer and every slot were checked against the layout.
-        unsafe { b.launch(cfg) }.map_err(|e| BackendError::Kv(format!("cuda kv_store: {e}")))?;
-        drop(up);
+        self.with_input(kind, |dev| {
+            let DevInput::U32(slots) = dev else {
+                unreachable!("slots are u32")
+            };
+            let mut b = self.stream.launch_builder(&self.k.kv_store);
+            b.arg(k.buf())
+                .arg(v.buf())
+                .arg(&mut cache.k)
+                .arg(&mut cache.v)
+                .arg(slots)
+                .arg(&base)
+                .arg(&di);
+            let cfg = LaunchConfig {
+                grid_dim: (batch.slots.len() as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: layer and every slot were checked against the layout.
+            unsafe { b.launch(cfg) }.map_err(|e| BackendError::Kv(format!("cuda kv_store: {e}")))
+        })?;
         self.mark("kv_store");
         Ok(())
     }
@@ -989,85 +1472,94 @@ impl Backend for CudaBackend {
         }
         let plan = plan::attention_plan(batch, q.rows, p.n_heads, l.n_slots())?;
         let (n_scores, n_keys) = (plan.n_scores, plan.n_keys);
-        self.attn_on_device(plan)?;
-        self.ensure_scores(n_scores);
+        let kind = InputKind::Attn {
+            n_heads: p.n_heads,
+            n_slots: l.n_slots(),
+        };
+        self.stage(kind, HostInput::Attn(plan))?;
+        if self.steps.borrow().mode == Mode::Eager {
+            self.ensure_scores(n_scores);
+        }
         let mut out = self.alloc_f32("attention", q.rows * q_dim);
         let base = layer * l.n_slots();
-        let up = self.uploads.borrow();
-        let Some((_, dev)) = &up.attn else {
-            unreachable!("uploaded above")
-        };
-        let mut sc = self.scores.borrow_mut();
-        let Some(s) = sc.as_mut() else {
-            unreachable!("allocated above")
-        };
-        if q.rows > 0 {
-            let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
-            let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
-            let mut b = self.stream.launch_builder(&self.k.attention);
-            b.arg(q.buf())
-                .arg(&cache.k)
-                .arg(&cache.v)
-                .arg(&dev.slots)
-                .arg(&dev.info)
-                .arg(&dev.mask)
-                .arg(&mut s.scores)
-                .arg(&mut s.exps)
-                .arg(&mut s.probs)
-                .arg(&mut out)
-                .arg(&base)
-                .arg(&nh)
-                .arg(&nkh)
-                .arg(&hdi)
-                .arg(&p.scale)
-                .arg(&window);
-            let cfg = LaunchConfig {
-                grid_dim: (q.rows as u32, p.n_heads as u32, 1),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
+        self.with_input(kind, |dev| -> Result<(), BackendError> {
+            let DevInput::Attn(dev) = dev else {
+                unreachable!("an attention table")
             };
-            // SAFETY: the plan checked every slot against the cache, every row's sequence and
-            // mask; the score buffers hold n_scores values.
-            unsafe { b.launch(cfg) }
-                .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
-        }
-        if taps.active() {
-            let gather = |c: &CudaSlice<f32>| -> HostTensor {
-                let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
-                if n_keys > 0 {
-                    let di = kv_dim as i32;
-                    let mut b = self.stream.launch_builder(&self.k.kv_gather);
-                    b.arg(c).arg(&dev.slots).arg(&mut o).arg(&base).arg(&di);
-                    let cfg = LaunchConfig {
-                        grid_dim: (n_keys as u32, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    };
-                    // SAFETY: the slots were checked by the plan; o holds n_keys rows.
-                    unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("k_read tap", e));
-                }
-                HostTensor::matrix(
-                    n_keys,
-                    kv_dim,
-                    self.host_f32("k_read tap", &o, n_keys * kv_dim),
-                )
+            let shared = self.scores.borrow();
+            let s = match (&dev.scores, shared.as_ref()) {
+                (Some(own), _) => own,
+                (None, Some(s)) => s,
+                (None, None) => unreachable!("allocated above"),
             };
-            taps.emit_layer(layer, "k_read", || gather(&cache.k));
-            taps.emit_layer(layer, "v_read", || gather(&cache.v));
-            taps.emit_layer(layer, "kq", || {
-                HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
-            });
-            taps.emit_layer(layer, "kq_softmax", || {
-                let mut v = self
-                    .stream
-                    .clone_dtoh(&s.probs)
-                    .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
-                v.truncate(n_scores);
-                HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
-            });
-        }
-        drop(sc);
-        drop(up);
+            if q.rows > 0 {
+                let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
+                let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+                let mut b = self.stream.launch_builder(&self.k.attention);
+                b.arg(q.buf())
+                    .arg(&cache.k)
+                    .arg(&cache.v)
+                    .arg(&dev.slots)
+                    .arg(&dev.info)
+                    .arg(&dev.mask)
+                    .arg(&s.scores)
+                    .arg(&s.exps)
+                    .arg(&s.probs)
+                    .arg(&mut out)
+                    .arg(&base)
+                    .arg(&nh)
+                    .arg(&nkh)
+                    .arg(&hdi)
+                    .arg(&p.scale)
+                    .arg(&window);
+                let cfg = LaunchConfig {
+                    grid_dim: (q.rows as u32, p.n_heads as u32, 1),
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: the plan checked every slot against the cache, every row's sequence and
+                // mask; the score buffers hold n_scores values.
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
+            }
+            if taps.active() {
+                let gather = |c: &CudaSlice<f32>| -> HostTensor {
+                    let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
+                    if n_keys > 0 {
+                        let di = kv_dim as i32;
+                        let mut b = self.stream.launch_builder(&self.k.kv_gather);
+                        b.arg(c).arg(&dev.slots).arg(&mut o).arg(&base).arg(&di);
+                        let cfg = LaunchConfig {
+                            grid_dim: (n_keys as u32, 1, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        // SAFETY: the slots were checked by the plan; o holds n_keys rows.
+                        unsafe { b.launch(cfg) }
+                            .unwrap_or_else(|e| device_failure("k_read tap", e));
+                    }
+                    HostTensor::matrix(
+                        n_keys,
+                        kv_dim,
+                        self.host_f32("k_read tap", &o, n_keys * kv_dim),
+                    )
+                };
+                taps.emit_layer(layer, "k_read", || gather(&cache.k));
+                taps.emit_layer(layer, "v_read", || gather(&cache.v));
+                taps.emit_layer(layer, "kq", || {
+                    HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
+                });
+                taps.emit_layer(layer, "kq_softmax", || {
+                    let mut v = self
+                        .stream
+                        .clone_dtoh(&s.probs)
+                        .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
+                    v.truncate(n_scores);
+                    HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
+                });
+            }
+            Ok(())
+        })?;
         Ok(self.tensor("attention", out, q.rows, q_dim))
     }
 }

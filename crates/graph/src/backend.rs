@@ -80,6 +80,17 @@ pub struct AttentionParams {
     pub window: Option<u32>,
 }
 
+/// What fixes the shape of a forward step for [`Backend::replay_step`]: a recorded step is
+/// replayed only for the same model and cache and the same numbers of rows and outputs (every
+/// kernel's launch geometry follows from these; everything else is data the step re-stages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StepKey {
+    /// Identity of the model's weights (their address while loaded).
+    pub model: usize,
+    pub n_tokens: usize,
+    pub n_outputs: usize,
+}
+
 /// Ops a backend provides. Activations are 2-D `[rows, cols]` (one row per batch token).
 ///
 /// Every op is deterministic: the same inputs give bitwise the same outputs regardless of how
@@ -107,6 +118,44 @@ pub trait Backend {
     fn guard_violations(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Step graphs: a backend that can record a whole forward step and replay it later (CUDA
+    /// graphs) does so through these three hooks; the model graph calls them around every
+    /// forward that has no tap observer, so taps always come from eagerly run kernels.
+    ///
+    /// `replay_step` runs a step recorded earlier under `key` on this batch's inputs (token
+    /// ids, positions, slots, attention tables, all re-derived from `batch` and checked as the
+    /// ops check them) and returns its logits, or `None` when there is no such recording.
+    fn replay_step(
+        &self,
+        key: StepKey,
+        cache: &mut Self::KvCache,
+        batch: &Batch,
+    ) -> Result<Option<HostTensor>, BackendError> {
+        let _ = (key, cache, batch);
+        Ok(None)
+    }
+
+    /// Called before the ops of a step that `replay_step` did not run.
+    fn begin_step(
+        &self,
+        key: StepKey,
+        cache: &Self::KvCache,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let _ = (key, cache, batch);
+        Ok(())
+    }
+
+    /// Ends the step begun by `begin_step` with its logits tensor: the logits on the host, or
+    /// `None` when the ops were only recorded and not run (a capture the backend dropped), in
+    /// which case the caller runs them again, eagerly.
+    fn end_step(&self, logits: Self::Tensor) -> Result<Option<HostTensor>, BackendError> {
+        Ok(Some(self.to_host(&logits)))
+    }
+
+    /// Ends a step begun by `begin_step` whose forward failed part way.
+    fn abandon_step(&self) {}
 
     fn load_weight(&self, w: WeightView<'_>) -> Result<Self::Weight, BackendError>;
     fn alloc_kv(&self, layout: KvLayout) -> Result<Self::KvCache, BackendError>;

@@ -1,7 +1,7 @@
 //! The forward pass. One function for every supported architecture: read it top to bottom
 //! like llama2.c's `forward`, with a tap after every op.
 
-use lockstep_graph::{AttentionParams, Backend, Batch, HostTensor, RopeParams, Taps};
+use lockstep_graph::{AttentionParams, Backend, Batch, HostTensor, RopeParams, StepKey, Taps};
 
 use crate::config::ModelConfig;
 use crate::weights::Model;
@@ -9,6 +9,10 @@ use crate::ModelError;
 
 /// Runs `batch` through the model, writing each new token's K/V to the cache, and returns the
 /// logits of `batch.output_rows` as `[output_rows.len(), n_vocab]`.
+///
+/// Without a tap observer the backend may replay a recording of an earlier step of the same
+/// shape instead of running the ops one by one ([`Backend::replay_step`], CUDA graphs); with
+/// one, every op runs eagerly so each tap is copied from the kernel that made it.
 pub fn forward<B: Backend>(
     b: &B,
     model: &Model<B>,
@@ -16,6 +20,44 @@ pub fn forward<B: Backend>(
     batch: &Batch,
     taps: &mut Taps<'_>,
 ) -> Result<HostTensor, ModelError> {
+    if taps.active() {
+        let logits = forward_ops(b, model, cache, batch, taps)?;
+        let logits = b.to_host(&logits);
+        taps.emit("result_output", || logits.clone());
+        return Ok(logits);
+    }
+    let key = StepKey {
+        model: model as *const Model<B> as usize,
+        n_tokens: batch.n_tokens(),
+        n_outputs: batch.output_rows.len(),
+    };
+    if let Some(logits) = b.replay_step(key, cache, batch)? {
+        return Ok(logits);
+    }
+    b.begin_step(key, cache, batch)?;
+    match forward_ops(b, model, cache, batch, taps) {
+        Ok(logits) => match b.end_step(logits)? {
+            Some(logits) => Ok(logits),
+            None => {
+                let logits = forward_ops(b, model, cache, batch, taps)?;
+                Ok(b.to_host(&logits))
+            }
+        },
+        Err(e) => {
+            b.abandon_step();
+            Err(e)
+        }
+    }
+}
+
+/// The ops of one step, leaving the logits on the backend.
+fn forward_ops<B: Backend>(
+    b: &B,
+    model: &Model<B>,
+    cache: &mut B::KvCache,
+    batch: &Batch,
+    taps: &mut Taps<'_>,
+) -> Result<B::Tensor, ModelError> {
     let cfg: &ModelConfig = &model.config;
     let positions = &batch.positions;
 
@@ -113,8 +155,5 @@ pub fn forward<B: Backend>(
     let h = b.rms_norm(&x, &model.output_norm, cfg.rms_eps);
     taps.emit("result_norm", || b.to_host(&h));
     let head = model.output.as_ref().unwrap_or(&model.token_embd);
-    let logits = b.matmul(&h, head);
-    let logits = b.to_host(&logits);
-    taps.emit("result_output", || logits.clone());
-    Ok(logits)
+    Ok(b.matmul(&h, head))
 }

@@ -263,6 +263,9 @@ pub enum Invariance {
     KvBlocks,
     /// One thread vs the default count.
     Threads,
+    /// Steps run without a tap observer (where a backend may replay recorded step graphs, and
+    /// fused kernels keep no intermediates) vs the baseline run with every tap: the logits.
+    Untapped,
     /// The same run twice on fresh engines.
     Repeat,
 }
@@ -274,6 +277,7 @@ pub const ALL_INVARIANCES: &[Invariance] = &[
     Invariance::KvBlocks,
     Invariance::Threads,
     Invariance::Repeat,
+    Invariance::Untapped,
 ];
 
 impl Invariance {
@@ -285,6 +289,7 @@ impl Invariance {
             Invariance::KvBlocks => "KV block sizes, fragmented tables",
             Invariance::Threads => "1 thread vs default",
             Invariance::Repeat => "repeated run",
+            Invariance::Untapped => "untapped (replayed) steps vs tapped",
         }
     }
 }
@@ -437,6 +442,60 @@ fn alone(e: &mut dyn AnyEngine, prompts: &[Vec<u32>], mask: bool) -> Result<TapB
     for (i, p) in prompts.iter().enumerate() {
         let s = e.new_sequence();
         let r = step_into(e, &[(s, i, p, mask)], &mut book);
+        e.free_sequence(s);
+        r?;
+    }
+    Ok(book)
+}
+
+/// Every prompt as a prefill of its first half and then one token per step, with no tap
+/// observer: only the logits, booked as `result_output`.
+fn untapped(e: &mut dyn AnyEngine, prompts: &[Vec<u32>]) -> Result<TapBook, VerifyError> {
+    let mut book = TapBook::default();
+    for (i, p) in prompts.iter().enumerate() {
+        let s = e.new_sequence();
+        let split = (p.len() / 2).max(1);
+        let r = (|| -> Result<(), VerifyError> {
+            let first = e.forward(
+                &[SeqInput {
+                    seq: s,
+                    tokens: &p[..split],
+                    logits: Logits::All,
+                    mask: None,
+                }],
+                &mut Taps::none(),
+            )?;
+            let t = first
+                .into_iter()
+                .next()
+                .ok_or_else(|| VerifyError::Input("no logits returned".into()))?;
+            for pos in 0..split {
+                book.rows
+                    .entry((i, pos as u32))
+                    .or_default()
+                    .push(("result_output".into(), t.row(pos).to_vec()));
+            }
+            for pos in split..p.len() {
+                let out = e.forward(
+                    &[SeqInput {
+                        seq: s,
+                        tokens: &p[pos..pos + 1],
+                        logits: Logits::Last,
+                        mask: None,
+                    }],
+                    &mut Taps::none(),
+                )?;
+                let t = out
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| VerifyError::Input("no logits returned".into()))?;
+                book.rows
+                    .entry((i, pos as u32))
+                    .or_default()
+                    .push(("result_output".into(), t.row(0).to_vec()));
+            }
+            Ok(())
+        })();
         e.free_sequence(s);
         r?;
     }
@@ -686,6 +745,17 @@ pub fn run_tap_checks(
                 let book = pool.install(|| alone(engine, prompts, false))?;
                 runs.push(("1 thread".into(), book));
                 detail = "one thread vs the default".into();
+            }
+            Invariance::Untapped => {
+                // Twice: the first pass records and captures each step shape, the second
+                // replays them all.
+                for pass in ["first pass", "second pass"] {
+                    runs.push((
+                        format!("no observer, {pass}"),
+                        untapped(def.as_mut(), prompts)?,
+                    ));
+                }
+                detail = "half of each prompt as one prefill, the rest one token per step, without taps (logits)".into();
             }
             Invariance::Repeat => {
                 runs.push(("second run".into(), alone(def.as_mut(), prompts, false)?));

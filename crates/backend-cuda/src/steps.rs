@@ -1,0 +1,259 @@
+//! Step graphs, host side: what a recorded forward step reads from the host, and how each of
+//! those tables is derived again from a new batch before a replay. Free of CUDA, so CI tests it.
+//!
+//! A CUDA graph bakes in every kernel's arguments: device pointers and scalars. Scalars follow
+//! from the step's shape ([`lockstep_graph::StepKey`]); pointers stay valid because the graph
+//! owns its buffers. What changes from step to step (token ids, positions, cache slots, the
+//! attention tables) lives in per-graph device buffers sized for any step of that shape, which
+//! are rewritten before each replay. Each table is derived by the same function the op itself
+//! uses, with the op's checks, and while a step is being captured every op compares the table
+//! it computes with the one staged for it: a mismatch abandons the capture.
+
+use lockstep_graph::{BackendError, Batch};
+
+use crate::plan::{self, AttnPlan, ROW_INFO};
+
+/// The host tables an op uploads, by what determines them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// `embed`'s token ids, checked against the table's rows.
+    Ids { vocab: usize },
+    /// `rope`'s (cos, sin) table for the batch's positions.
+    Rope { n_rot: usize, base_bits: u32 },
+    /// `kv_store`'s destination slots.
+    KvSlots { n_slots: usize },
+    /// `attention`'s per-row table, key slots and masks.
+    Attn { n_heads: usize, n_slots: usize },
+    /// `select_rows`' row indices (the rows whose logits are wanted).
+    Select { n_rows: usize },
+}
+
+/// One staged table. Two tables of a kind are equal when they would upload the same values
+/// (a rope table is a function of its positions, which are compared instead).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostInput {
+    U32(Vec<u32>),
+    Rope {
+        positions: Vec<u32>,
+        table: Vec<f64>,
+    },
+    Attn(AttnPlan),
+}
+
+/// Device elements of each buffer an input needs, for any step of `n_tokens` rows: enough
+/// for every row to read every cache slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// u32 ids/slots/indices, f64 rope values, or the attention plan's key slots.
+    pub main: usize,
+    /// The attention plan's row table (i32).
+    pub info: usize,
+    /// The attention plan's masks (u8).
+    pub mask: usize,
+    /// Attention scores (rows x heads x keys).
+    pub scores: usize,
+}
+
+impl InputKind {
+    /// The table for `batch`, derived as the op derives it and checked as the op checks it.
+    pub fn derive(self, batch: &Batch) -> Result<HostInput, BackendError> {
+        match self {
+            InputKind::Ids { vocab } => {
+                for (row, &id) in batch.tokens.iter().enumerate() {
+                    if id as usize >= vocab {
+                        return Err(BackendError::TokenOutOfRange { id, row, vocab });
+                    }
+                }
+                Ok(HostInput::U32(batch.tokens.clone()))
+            }
+            InputKind::Rope { n_rot, base_bits } => Ok(HostInput::Rope {
+                positions: batch.positions.clone(),
+                table: plan::rope_table(&batch.positions, n_rot, f32::from_bits(base_bits)),
+            }),
+            InputKind::KvSlots { n_slots } => {
+                if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= n_slots) {
+                    return Err(BackendError::Kv(format!(
+                        "slot {s} outside the cache ({n_slots} slots)"
+                    )));
+                }
+                Ok(HostInput::U32(batch.slots.clone()))
+            }
+            InputKind::Attn { n_heads, n_slots } => Ok(HostInput::Attn(plan::attention_plan(
+                batch,
+                batch.n_tokens(),
+                n_heads,
+                n_slots,
+            )?)),
+            InputKind::Select { n_rows } => {
+                let mut idx = Vec::with_capacity(batch.output_rows.len());
+                for &r in &batch.output_rows {
+                    if r >= n_rows {
+                        return Err(BackendError::Other(format!(
+                            "output row {r} outside the batch of {n_rows} rows"
+                        )));
+                    }
+                    idx.push(r as u32);
+                }
+                Ok(HostInput::U32(idx))
+            }
+        }
+    }
+
+    /// Room for this input in any step of `n_tokens` rows and `n_outputs` outputs.
+    pub fn capacity(self, n_tokens: usize, n_outputs: usize) -> Capacity {
+        let none = Capacity {
+            main: 0,
+            info: 0,
+            mask: 0,
+            scores: 0,
+        };
+        match self {
+            InputKind::Ids { .. } | InputKind::KvSlots { .. } => Capacity {
+                main: n_tokens,
+                ..none
+            },
+            InputKind::Rope { n_rot, .. } => Capacity {
+                main: n_tokens * (n_rot / 2) * 2,
+                ..none
+            },
+            InputKind::Select { .. } => Capacity {
+                main: n_outputs,
+                ..none
+            },
+            InputKind::Attn { n_heads, n_slots } => Capacity {
+                main: n_tokens * n_slots,
+                info: n_tokens * ROW_INFO,
+                mask: n_tokens * n_slots,
+                scores: n_tokens * n_heads * n_slots,
+            },
+        }
+    }
+}
+
+impl HostInput {
+    /// Whether the table fits buffers of `cap` (a replay falls back to running the ops one by
+    /// one when it does not).
+    pub fn fits(&self, cap: Capacity) -> bool {
+        match self {
+            HostInput::U32(v) => v.len() <= cap.main,
+            HostInput::Rope { table, .. } => table.len() <= cap.main,
+            HostInput::Attn(p) => {
+                p.slots.len() <= cap.main
+                    && p.info.len() <= cap.info
+                    && p.mask.len() <= cap.mask
+                    && p.n_scores <= cap.scores
+            }
+        }
+    }
+}
+
+/// Steps of at most this many rows are recorded and replayed (decode and small batches; a
+/// long prefill is bound by its matmuls, not by launches, and its shape rarely recurs).
+pub const MAX_GRAPH_TOKENS: usize = 64;
+/// At most this many step shapes are kept recorded or captured at once.
+pub const MAX_GRAPHS: usize = 32;
+/// A shape whose attention buffers would exceed this many bytes is not captured.
+pub const MAX_GRAPH_SCORE_BYTES: usize = 256 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_graph::BatchSeq;
+
+    fn decode_batch(pos: &[u32], kv: &[Vec<u32>]) -> Batch {
+        let seqs: Vec<BatchSeq> = kv
+            .iter()
+            .enumerate()
+            .map(|(i, s)| BatchSeq {
+                first_row: i,
+                n_rows: 1,
+                first_pos: pos[i],
+                kv_slots: s.clone(),
+                mask: None,
+            })
+            .collect();
+        Batch {
+            tokens: (0..pos.len() as u32).map(|i| 10 + i).collect(),
+            positions: pos.to_vec(),
+            slots: kv.iter().map(|s| *s.last().unwrap()).collect(),
+            seqs,
+            output_rows: (0..pos.len()).collect(),
+        }
+    }
+
+    #[test]
+    fn derived_tables_are_the_ops_own() {
+        let b = decode_batch(&[2, 0], &[vec![7, 8, 9], vec![3]]);
+        assert_eq!(
+            InputKind::Ids { vocab: 100 }.derive(&b).unwrap(),
+            HostInput::U32(vec![10, 11])
+        );
+        assert_eq!(
+            InputKind::KvSlots { n_slots: 16 }.derive(&b).unwrap(),
+            HostInput::U32(vec![9, 3])
+        );
+        let HostInput::Rope { table, .. } = InputKind::Rope {
+            n_rot: 4,
+            base_bits: 10000f32.to_bits(),
+        }
+        .derive(&b)
+        .unwrap() else {
+            panic!("rope")
+        };
+        assert_eq!(table, plan::rope_table(&[2, 0], 4, 10000.0));
+        let HostInput::Attn(p) = InputKind::Attn {
+            n_heads: 2,
+            n_slots: 16,
+        }
+        .derive(&b)
+        .unwrap() else {
+            panic!("attn")
+        };
+        assert_eq!(p, plan::attention_plan(&b, 2, 2, 16).unwrap());
+        assert_eq!(p.slots, vec![7, 8, 9, 3]);
+    }
+
+    #[test]
+    fn replay_inputs_are_checked_like_the_ops_inputs() {
+        let b = decode_batch(&[2], &[vec![7, 8, 9]]);
+        let e = InputKind::Ids { vocab: 10 }.derive(&b).unwrap_err();
+        assert!(e.to_string().contains("10"), "{e}");
+        let e = InputKind::KvSlots { n_slots: 9 }.derive(&b).unwrap_err();
+        assert!(e.to_string().contains("slot 9"), "{e}");
+        let e = InputKind::Attn {
+            n_heads: 1,
+            n_slots: 8,
+        }
+        .derive(&b)
+        .unwrap_err();
+        assert!(e.to_string().contains("key slot 8"), "{e}");
+        let mut b2 = b.clone();
+        b2.output_rows = vec![1];
+        let e = InputKind::Select { n_rows: 1 }.derive(&b2).unwrap_err();
+        assert!(e.to_string().contains("output row 1"), "{e}");
+    }
+
+    #[test]
+    fn capacity_holds_every_step_of_the_shape_until_the_cache_is_full() {
+        let kind = InputKind::Attn {
+            n_heads: 3,
+            n_slots: 4,
+        };
+        let cap = kind.capacity(2, 2);
+        // Both rows reading all four slots: the largest plan of this shape.
+        let full = decode_batch(&[3, 3], &[vec![0, 1, 2, 3], vec![0, 1, 2, 3]]);
+        assert!(kind.derive(&full).unwrap().fits(cap));
+        let small = decode_batch(&[0, 1], &[vec![0], vec![1, 2]]);
+        assert!(kind.derive(&small).unwrap().fits(cap));
+        // Key lists longer than the cache (a slot listed twice) do not fit: replay falls back
+        // to the ops.
+        let over = decode_batch(&[4, 4], &[vec![0, 1, 2, 3, 3], vec![0, 1, 2, 3, 3]]);
+        assert!(!kind.derive(&over).unwrap().fits(cap));
+        let rope = InputKind::Rope {
+            n_rot: 6,
+            base_bits: 1f32.to_bits(),
+        };
+        assert!(rope.derive(&full).unwrap().fits(rope.capacity(2, 2)));
+        assert_eq!(rope.capacity(2, 2).main, 12);
+    }
+}
