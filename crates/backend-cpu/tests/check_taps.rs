@@ -67,8 +67,15 @@ fn assert_all_hold(model: &str, backend: &str, r: &[TapCheckResult]) {
             "{model} {backend}: {} not declared bitwise",
             c.name
         );
+        // The untapped run has only its logits to compare (every position of every prompt,
+        // twice); the others compare every tap.
+        let least = if c.invariance == Invariance::Untapped {
+            20
+        } else {
+            1000
+        };
         assert!(
-            c.compared > 1000,
+            c.compared >= least,
             "{model} {backend}: {} compared {}",
             c.name,
             c.compared

@@ -57,7 +57,12 @@ __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
         u32 u = (u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24);
         return __uint_as_float(u);
     }
-    case T_F16: return ldh(b);
+    case T_F16:
+#ifdef FAULT_F16_AS_F32
+        // seeded fault: an f16 weight read as if it were f32 (4 bytes, this element and the next)
+        return __uint_as_float((u32)b[0] | ((u32)b[1] << 8) | ((u32)b[2] << 16) | ((u32)b[3] << 24));
+#endif
+        return ldh(b);
     case T_BF16: return __uint_as_float(((u32)ld16(b)) << 16);
     case T_Q4_0: {
         float d = ldh(b);
@@ -585,6 +590,9 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
     size_t off = (size_t)ri[3] + (size_t)h * n_kv;
     int group = n_heads / n_kv_heads, kh = h / group;
+#ifdef FAULT_KV_VIEW_OFFSET
+    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
+#endif
 #ifdef FAULT_WRONG_KV_HEAD
     kh = h % n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
 #endif
@@ -607,6 +615,10 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
             float tail = 0.f;
             for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kr[d];
             s = reduce8(a, tail) * scale;
+#ifdef FAULT_MASK_DRIFT
+            // seeded fault: with an explicit mask the score takes another path, one ulp off
+            if (moff >= 0) s = s * 1.00000012f;
+#endif
         }
         scores[off + j] = s;
         mx = fmaxf(mx, s);

@@ -53,6 +53,21 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
         "FAULT_Q4K_WRONG_SCALE",
         "Q4_K decoding in the matmul takes the neighbouring sub-block's scale and min",
     ),
+    (
+        "kv-view-offset",
+        "FAULT_KV_VIEW_OFFSET",
+        "attention ignores the layer's offset into the cache: every layer reads layer 0's K/V",
+    ),
+    (
+        "mask-drift",
+        "FAULT_MASK_DRIFT",
+        "an explicit (even all-true) mask sends the scores down another path, one ulp off",
+    ),
+    (
+        "f16-as-f32",
+        "FAULT_F16_AS_F32",
+        "f16 weights decoded as if they were f32 (4 bytes read per element)",
+    ),
 ];
 
 /// The fault `LOCKSTEP_CUDA_FAULT` names, in builds with the `faults` feature.
