@@ -673,3 +673,16 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
         out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc;
     }
 }
+
+// Weight rows [r0, r0 + rows) of W (quantized, `k` values a row) decoded to f32, for the
+// tensor-core prefill (cuBLAS multiplies the decoded tile). One thread per value.
+extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int rows, int k, int ty,
+                                       int bs, int ts) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)rows * k) return;
+    QType t{ty, bs, ts};
+    size_t r = idx / k;
+    int j = (int)(idx - r * k);
+    size_t row_bytes = (size_t)(k / bs) * ts;
+    out[idx] = deq_at(t, W + (r0 + r) * row_bytes, j);
+}

@@ -193,6 +193,33 @@ struct Kernels {
     kv_store: CudaFunction,
     kv_gather: CudaFunction,
     attention: CudaFunction,
+    dequant_rows: CudaFunction,
+}
+
+/// Options of the CUDA backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// Batch-invariant: every row's result is bitwise independent of the other rows in the
+    /// step, whatever their number (the same kernels for one row and for many). Off, a step
+    /// of more than [`GEMM_MIN_ROWS`] rows multiplies on the tensor cores (cuBLAS, TF32),
+    /// whose results depend on the batch's shape.
+    pub deterministic: bool,
+}
+
+/// Steps with at least this many rows (prefill) use the tensor-core GEMM when the backend is
+/// not deterministic. Above every step shape that is captured as a graph, so a replayed step
+/// and an eager one of the same shape always take the same path.
+pub const GEMM_MIN_ROWS: usize = steps::MAX_GRAPH_TOKENS + 1;
+
+/// At most this many f32 values of decoded weight rows are kept for the GEMM at once (a larger
+/// weight is multiplied in row chunks).
+const GEMM_SCRATCH_FLOATS: usize = 64 << 20;
+
+/// The tensor-core prefill: a cuBLAS handle on the backend's stream and the buffer weight rows
+/// are decoded into.
+struct TensorGemm {
+    blas: cudarc::cublas::CudaBlas,
+    scratch: RefCell<Option<CudaSlice<f32>>>,
 }
 
 struct AttnDev {
@@ -289,6 +316,7 @@ pub struct CudaBackend {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     k: Kernels,
+    gemm: Option<TensorGemm>,
     device: String,
     /// `cuda`, or `cuda[FAULT]` with a seeded fault.
     name: String,
@@ -360,6 +388,11 @@ impl CudaBackend {
     /// Opens GPU 0, compiles (or loads from the cache) the kernels. Without a CUDA driver, NVRTC
     /// or a GPU, a clear [`BackendError::Unavailable`].
     pub fn new() -> Result<CudaBackend, BackendError> {
+        Self::with_options(CudaOptions::default())
+    }
+
+    /// [`CudaBackend::new`] with options.
+    pub fn with_options(opts: CudaOptions) -> Result<CudaBackend, BackendError> {
         // SAFETY: only tries to open the shared libraries by name.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(unavailable(
@@ -440,15 +473,44 @@ impl CudaBackend {
             kv_store: f("kv_store")?,
             kv_gather: f("kv_gather")?,
             attention: f("attention")?,
+            dequant_rows: f("dequant_rows")?,
+        };
+        // The tensor-core path needs cuBLAS; without it (or when deterministic) every matmul
+        // uses the kernels above.
+        // SAFETY: only tries to open the shared library by name.
+        let gemm = if opts.deterministic || !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            None
+        } else {
+            let blas = cudarc::cublas::CudaBlas::new(stream.clone())
+                .map_err(|e| unavailable(format!("cuBLAS: {e}")))?;
+            // SAFETY: a valid handle; TF32 tensor-op math for f32 GEMMs.
+            unsafe {
+                cudarc::cublas::sys::cublasSetMathMode(
+                    *blas.handle(),
+                    cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+                )
+            }
+            .result()
+            .map_err(|e| unavailable(format!("cuBLAS math mode: {e}")))?;
+            Some(TensorGemm {
+                blas,
+                scratch: RefCell::new(None),
+            })
+        };
+        let base_name = if opts.deterministic {
+            "cuda-det"
+        } else {
+            "cuda"
         };
         Ok(CudaBackend {
             ctx,
             stream,
             k,
             device,
+            gemm,
             name: match fault {
-                Some((f, _)) => format!("cuda[{f}]"),
-                None => "cuda".into(),
+                Some((f, _)) => format!("{base_name}[{f}]"),
+                None => base_name.into(),
             },
             kernel_origin,
             steps: RefCell::new(Steps {
@@ -797,6 +859,64 @@ impl CudaBackend {
         });
     }
 
+    /// `out = x W^T` on the tensor cores: chunks of W's rows decoded to f32, then one cuBLAS
+    /// TF32 GEMM per chunk. Row-major `x [n, k]`, `W [m, k]`, `out [n, m]` are column-major
+    /// `k x n`, `k x m`, `m x n`, so `out^T = W x^T` is `gemm(T, N)`.
+    fn matmul_gemm(
+        &self,
+        g: &TensorGemm,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        out: &mut CudaSlice<f32>,
+    ) {
+        use cudarc::cublas::{sys::cublasOperation_t as Op, Gemm, GemmConfig};
+        let (n, k, m) = (x.rows, x.cols, w.rows);
+        let chunk = (GEMM_SCRATCH_FLOATS / k).clamp(1, m);
+        let mut scratch = g.scratch.borrow_mut();
+        if scratch.as_ref().is_none_or(|s| s.len() < chunk * k) {
+            *scratch = Some(self.alloc::<f32>("gemm scratch", chunk * k));
+        }
+        let Some(scr) = scratch.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let d = w.desc;
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = chunk.min(m - r0);
+            let (r0i, ri, ki) = (r0 as i32, rows as i32, k as i32);
+            let mut b = self.stream.launch_builder(&self.k.dequant_rows);
+            b.arg(&w.data)
+                .arg(&mut *scr)
+                .arg(&r0i)
+                .arg(&ri)
+                .arg(&ki)
+                .arg(&d.id)
+                .arg(&d.block)
+                .arg(&d.bytes);
+            // SAFETY: rows r0..r0+rows of the weight exist; scratch holds chunk x k values.
+            unsafe { b.launch(self.elementwise("dequant_rows", rows * k)) }
+                .unwrap_or_else(|e| device_failure("dequant_rows", e));
+            let cfg = GemmConfig {
+                transa: Op::CUBLAS_OP_T,
+                transb: Op::CUBLAS_OP_N,
+                m: ri,
+                n: n as i32,
+                k: ki,
+                alpha: 1.0f32,
+                lda: ki,
+                ldb: ki,
+                beta: 0.0f32,
+                ldc: m as i32,
+            };
+            let mut dst = out.slice_mut(r0..);
+            // SAFETY: A is rows x k (scratch), B is x (n x k), C starts at column r0 of the
+            // m-wide output rows, with ldc = m: every write stays inside out (n x m).
+            unsafe { g.blas.gemm(cfg, &*scr, x.buf(), &mut dst) }
+                .unwrap_or_else(|e| device_failure("gemm", e));
+            r0 += rows;
+        }
+    }
+
     fn host_f32(&self, what: &str, buf: &CudaSlice<f32>, n: usize) -> Vec<f32> {
         let mut v = self
             .stream
@@ -1109,6 +1229,10 @@ impl Backend for CudaBackend {
         );
         let (n, k, m) = (x.rows, x.cols, w.rows);
         let mut out = self.alloc_f32("matmul", n * m);
+        if let Some(g) = self.gemm.as_ref().filter(|_| n >= GEMM_MIN_ROWS && m > 0) {
+            self.matmul_gemm(g, x, w, &mut out);
+            return self.tensor("matmul", out, n, m);
+        }
         if n > 0 && m > 0 {
             let (gx, gy) = plan::matmul_grid(n, m);
             let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
@@ -1149,7 +1273,8 @@ impl Backend for CudaBackend {
             .gate_up
             .iter()
             .find(|(id, _, _)| *id == gate.desc.id)
-            .filter(|_| gate.desc == up.desc && gate.rows == up.rows && gate.cols == up.cols);
+            .filter(|_| gate.desc == up.desc && gate.rows == up.rows && gate.cols == up.cols)
+            .filter(|_| self.gemm.is_none() || x.rows < GEMM_MIN_ROWS);
         let Some((_, t1, t8)) = fused else {
             let g = self.matmul(x, gate);
             let u = self.matmul(x, up);

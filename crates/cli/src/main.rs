@@ -17,6 +17,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// CUDA backend: batch-invariant kernels for every step (no tensor-core GEMM for long
+    /// prefills), so each row's result is bitwise independent of what else is in the batch.
+    /// `serve` always runs this way.
+    #[arg(long, global = true)]
+    deterministic: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,6 +74,7 @@ pub fn resolve_model(arg: &str, models_dir: Option<&Path>) -> anyhow::Result<Pat
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    cmd::trace::set_cuda_deterministic(cli.deterministic);
     let result = match cli.command {
         Command::Fetch(args) => cmd::fetch::run(args),
         Command::Inspect(args) => cmd::inspect::run(args),

@@ -71,16 +71,55 @@ impl Arithmetic {
         }
     }
 
-    /// What a backend (as named in a trace) declares: `ref` and `cuda` (whose kernels keep the
-    /// reference's operation order) the reference's operations, `cpu` 8-bit activations and an
-    /// f16 cache, anything else f32.
+    /// What a backend (as named in a trace) declares: `ref` and `cuda-det` (whose kernels keep
+    /// the reference's operation order) the reference's operations, `cpu` 8-bit activations
+    /// and an f16 cache; `cuda`, whose long prefills multiply on the tensor cores in TF32
+    /// (inputs rounded to 11 bits), is held to the 8-bit bound, which is looser; anything
+    /// else f32.
     pub fn for_backend(name: &str) -> Arithmetic {
         match name.split('[').next().unwrap_or(name) {
-            "ref" | "cuda" => Arithmetic::Exact,
+            "cuda" => Arithmetic::Quant8,
+            "ref" | "cuda-det" | "cuda-exact" => Arithmetic::Exact,
             "cpu" => Arithmetic::Quant8,
             _ => Arithmetic::Float,
         }
     }
+}
+
+/// The cuda backend (without `--deterministic`) multiplies the steps of at least this many
+/// rows on the tensor cores in TF32 (`lockstep_backend_cuda::GEMM_MIN_ROWS`; the CLI asserts
+/// the two agree).
+pub const CUDA_GEMM_MIN_ROWS: usize = 65;
+
+/// TF32's unit roundoff: 10 stored significand bits.
+pub const U_TF32: f64 = 1.0 / 2048.0;
+
+/// The steps whose matmuls backend `name` runs in TF32 (from this many rows on), if any.
+pub fn tensor_core_rows(name: &str) -> Option<usize> {
+    (name.split('[').next().unwrap_or(name) == "cuda").then_some(CUDA_GEMM_MIN_ROWS)
+}
+
+/// The NMSE bound of a TF32 tensor-core `y = x W^T`: every input rounded to 11 significant
+/// bits (relative error at most `u_tf32` each, so `2 u_tf32` per product), products summed
+/// in f32 in an unknown order (`(k + 8) u^2`, as [`matmul_bound`] for `Float`). The rounding
+/// errors of different inputs are independent, so they add in quadrature:
+/// `lambda^2 (4 u_tf32^2 + (k + 8) k u^2) sum_i x_i^2 sum_j w_ji^2 / sum y^2`.
+pub fn tf32_matmul_bound(col_sq: &[f64], x: &HostTensor, y: &HostTensor) -> f64 {
+    let k = col_sq.len();
+    let mut energy = 0f64;
+    for row in x.data.chunks_exact(k.max(1)) {
+        energy += row
+            .iter()
+            .zip(col_sq)
+            .map(|(&v, &ci)| f64::from(v) * f64::from(v) * ci)
+            .sum::<f64>();
+    }
+    let den = plain_energy(y);
+    if den == 0.0 {
+        return 0.0;
+    }
+    let per_term = 4.0 * U_TF32 * U_TF32 + (k as f64 + 8.0) * k as f64 * U * U;
+    ROUNDING_LAMBDA * ROUNDING_LAMBDA * per_term * energy / den
 }
 
 /// One op of one step, recomputed from B's inputs.
@@ -352,6 +391,8 @@ pub struct Isolator {
     unchecked: Vec<String>,
     seconds: f64,
     backend_name: String,
+    /// B multiplies steps of at least this many rows in TF32 ([`tensor_core_rows`]).
+    tensor_rows: Option<usize>,
 }
 
 struct StepCtx<'a> {
@@ -388,6 +429,7 @@ impl Isolator {
             unchecked: Vec::new(),
             seconds: 0.0,
             backend_name: backend.to_string(),
+            tensor_rows: tensor_core_rows(backend),
         })
     }
 
@@ -441,13 +483,24 @@ impl Isolator {
             .or_insert_with(|| column_squares(&w.data, w.cols))
     }
 
-    fn quantizes(&self, wname: &str) -> bool {
-        self.types
-            .get(wname)
-            .is_some_and(|&ty| quantizes(self.arith, ty))
+    /// Whether a matmul of `rows` activation rows ran on B's tensor cores (TF32, activations
+    /// not quantized).
+    fn tensor_step(&self, rows: usize) -> bool {
+        self.tensor_rows.is_some_and(|r| rows >= r)
+    }
+
+    fn quantizes(&self, wname: &str, rows: usize) -> bool {
+        !self.tensor_step(rows)
+            && self
+                .types
+                .get(wname)
+                .is_some_and(|&ty| quantizes(self.arith, ty))
     }
 
     fn matmul_bound(&mut self, wname: &str, w: &RefWeight, x: &HostTensor, y: &HostTensor) -> f64 {
+        if self.tensor_step(x.rows()) {
+            return tf32_matmul_bound(self.col_sq(wname, w), x, y);
+        }
         let arith = self.arith;
         matmul_bound(arith, self.col_sq(wname, w), x, y)
     }
@@ -650,7 +703,7 @@ impl Isolator {
                     continue;
                 }
                 let name = format!("{}.weight", t(wstem));
-                let xq = if self.quantizes(&name) {
+                let xq = if self.quantizes(&name, x.rows()) {
                     quantize_q8_f32(x)
                 } else {
                     x.clone()
@@ -824,7 +877,7 @@ impl Isolator {
                     None => (model.token_embd.clone(), "token_embd.weight"),
                 };
                 if x.cols() == w.cols {
-                    let xq = if self.quantizes(name) {
+                    let xq = if self.quantizes(name, x.rows()) {
                         quantize_q8_f32(x)
                     } else {
                         x.clone()
@@ -1543,4 +1596,69 @@ pub fn isolate_engine(
         iso.add_step(&st)?;
     }
     Ok(iso.finish())
+}
+
+#[cfg(test)]
+mod tf32_tests {
+    use super::*;
+
+    /// Rounds to TF32 (10 stored significand bits, nearest, ties to even), as tensor cores
+    /// read f32 operands.
+    fn tf32(v: f32) -> f32 {
+        let b = v.to_bits();
+        let lsb = (b >> 13) & 1;
+        f32::from_bits((b + 0x0fff + lsb) & !0x1fff)
+    }
+
+    fn lcg(s: &mut u64) -> f32 {
+        *s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    #[test]
+    fn tf32_bound_holds_for_tf32_rounding_and_catches_a_small_error() {
+        let (n, k, m) = (70, 512, 96);
+        let mut s = 7u64;
+        let x: Vec<f32> = (0..n * k).map(|_| lcg(&mut s) * 3.0).collect();
+        let w: Vec<f32> = (0..m * k).map(|_| lcg(&mut s) * 0.05).collect();
+        let exact = |xs: &[f32], ws: &[f32]| -> HostTensor {
+            let mut y = vec![0f32; n * m];
+            for i in 0..n {
+                for j in 0..m {
+                    let d: f64 = (0..k)
+                        .map(|t| f64::from(xs[i * k + t]) * f64::from(ws[j * k + t]))
+                        .sum();
+                    y[i * m + j] = d as f32;
+                }
+            }
+            HostTensor::matrix(n, m, y)
+        };
+        let want = exact(&x, &w);
+        let xt: Vec<f32> = x.iter().map(|&v| tf32(v)).collect();
+        let wt: Vec<f32> = w.iter().map(|&v| tf32(v)).collect();
+        let got = exact(&xt, &wt);
+        let xh = HostTensor::matrix(n, k, x.clone());
+        let bound = tf32_matmul_bound(&column_squares(&w, k), &xh, &want);
+        let nmse = compare(&want.data, &got.data).nmse;
+        assert!(
+            nmse > 0.0 && nmse < bound / 10.0,
+            "nmse {nmse} bound {bound}"
+        );
+        // Four weight rows of 96 5% off (a wrong scale on a few rows) fail the bound.
+        let mut wb = wt.clone();
+        for v in &mut wb[5 * k..9 * k] {
+            *v *= 1.05;
+        }
+        let bad = compare(&want.data, &exact(&xt, &wb).data).nmse;
+        assert!(bad > bound, "bad {bad} bound {bound}");
+        assert_eq!(tensor_core_rows("cuda"), Some(CUDA_GEMM_MIN_ROWS));
+        assert_eq!(
+            tensor_core_rows("cuda[mask-drift]"),
+            Some(CUDA_GEMM_MIN_ROWS)
+        );
+        assert_eq!(tensor_core_rows("cuda-det"), None);
+        assert_eq!(tensor_core_rows("cpu"), None);
+    }
 }

@@ -14,7 +14,8 @@ pub enum Profile {
     /// Both sides claim to compute the reference's numbers bit for bit (the reference itself,
     /// copies of its ops): every tap must be bitwise equal.
     Exact,
-    /// A quantized fast backend (8-bit activations, f16 KV cache) against the reference.
+    /// A quantized fast backend (8-bit activations, f16 KV cache; the cuda backend's 8-bit
+    /// activations and TF32 tensor-core prefill) against the reference.
     Quant,
     /// Another float engine (HF transformers in f32 on the same dequantized weights) against
     /// the reference: different summation orders and kernels, no quantization.
@@ -50,7 +51,10 @@ impl Profile {
         let bitwise = |s: &str| BITWISE_BACKENDS.contains(&s);
         if bitwise(&a) && bitwise(&b) {
             Profile::Exact
-        } else if a == "cpu" || b == "cpu" {
+        } else if [a.as_str(), b.as_str()]
+            .iter()
+            .any(|s| matches!(*s, "cpu" | "cuda" | "cuda-det"))
+        {
             Profile::Quant
         } else {
             Profile::Float

@@ -160,6 +160,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         #[cfg(feature = "cuda")]
         "cuda" => {
             // Fail here, with the driver's message, rather than inside the engine thread.
+            // Continuous batching changes every step's batch: only batch-invariant kernels
+            // keep each request's tokens independent of the others.
+            super::trace::set_cuda_deterministic(true);
             drop(super::trace::cuda_backend()?);
             start_on!(super::trace::cuda_backend()?)
         }

@@ -172,7 +172,24 @@ pub fn cpu_backend(
 /// feature.
 #[cfg(feature = "cuda")]
 pub fn cuda_backend() -> Result<lockstep_backend_cuda::CudaBackend> {
-    Ok(lockstep_backend_cuda::CudaBackend::new()?)
+    Ok(lockstep_backend_cuda::CudaBackend::with_options(
+        lockstep_backend_cuda::CudaOptions {
+            deterministic: CUDA_DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed),
+        },
+    )?)
+}
+
+// The isolated pass knows which steps the cuda backend multiplies on the tensor cores.
+#[cfg(feature = "cuda")]
+const _: () =
+    assert!(lockstep_verify::isolate::CUDA_GEMM_MIN_ROWS == lockstep_backend_cuda::GEMM_MIN_ROWS);
+
+/// The global `--deterministic` flag, for every command that opens the CUDA backend.
+static CUDA_DETERMINISTIC: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_cuda_deterministic(on: bool) {
+    CUDA_DETERMINISTIC.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 #[cfg(not(feature = "cuda"))]
