@@ -41,7 +41,7 @@ impl Rng {
     /// Roughly normal (sum of four uniforms), with occasional outliers.
     fn value(&mut self) -> f32 {
         let g = (self.unit() + self.unit() + self.unit() + self.unit() - 2.0) * 1.7;
-        if self.next() % 97 == 0 {
+        if self.next().is_multiple_of(97) {
             g * 12.0
         } else {
             g
@@ -86,7 +86,10 @@ fn quantize_row(x: &[f32]) -> Q8Row {
 }
 
 fn ld_a2(b: &[u8], o: usize) -> u32 {
-    u32::from(b[o]) | u32::from(b[o + 1]) << 8 | u32::from(b[o + 2]) << 16 | u32::from(b[o + 3]) << 24
+    u32::from(b[o])
+        | u32::from(b[o + 1]) << 8
+        | u32::from(b[o + 2]) << 16
+        | u32::from(b[o + 3]) << 24
 }
 fn ldh(b: &[u8], o: usize) -> f32 {
     fp16_to_f32(u16::from(b[o]) | u16::from(b[o + 1]) << 8)
@@ -177,7 +180,11 @@ fn unit_dot(ty: GgmlType, row: &[u8], u: usize, x: &Q8Row, acc: f32) -> f32 {
                     }
                     (ldh(b, 0), m, q)
                 }
-                _ => (ldh(b, 0), 0.0, (0..8).map(|i| ld_a2(b, 2 + 4 * i)).collect()),
+                _ => (
+                    ldh(b, 0),
+                    0.0,
+                    (0..8).map(|i| ld_a2(b, 2 + 4 * i)).collect(),
+                ),
             };
             // The kernel's dp4a order: Q4_0 / Q4_1 interleave low and high ints; the order of an
             // exact integer sum does not matter, but keep it anyway.
@@ -283,6 +290,7 @@ fn butterfly(mut v: [f32; 32]) -> f32 {
 
 /// `fast_rows<TY, NT>`: NT activation rows from `t` against one weight row, each lane loading
 /// a unit once and applying it to every row of the tile in order.
+#[allow(clippy::needless_range_loop)] // `lane` is the kernel's lane index
 fn fast_rows(ty: GgmlType, row: &[u8], xs: &[Q8Row], t: usize, nt: usize, k: usize) -> Vec<f32> {
     let units = k / unit_elems(ty);
     let mut lanes = vec![[0f32; 32]; nt];
@@ -357,7 +365,9 @@ fn quantizer_is_the_declared_quant8_format() {
             let v = f32::from(q.q[j]) * q.d[j / 32];
             let want = declared.data[r * k + j];
             assert!(
-                v.to_bits() == want.to_bits() || (v == 0.0 && want == 0.0) || (v.is_nan() && want.is_nan()),
+                v.to_bits() == want.to_bits()
+                    || (v == 0.0 && want == 0.0)
+                    || (v.is_nan() && want.is_nan()),
                 "row {r} value {j}: {v} vs declared {want}"
             );
         }
@@ -407,7 +417,10 @@ fn every_fast_type_is_inside_the_quant8_bound() {
             let nmse = err / energy;
             let yref = HostTensor::matrix(n, rows, want.iter().map(|&v| v as f32).collect());
             let bound = matmul_bound(Arithmetic::Quant8, &column_squares(&wf, k), &xq, &yref);
-            eprintln!("{ty:>5} k={k:>5}: nmse {nmse:.3e}  bound {bound:.3e}  ratio {:.3}", nmse / bound);
+            eprintln!(
+                "{ty:>5} k={k:>5}: nmse {nmse:.3e}  bound {bound:.3e}  ratio {:.3}",
+                nmse / bound
+            );
             assert!(
                 nmse <= bound,
                 "{ty} k={k}: NMSE {nmse:e} over the quant8 bound {bound:e}"
