@@ -295,7 +295,7 @@ impl Invariance {
 /// `--tolerance`.
 pub fn bitwise_invariances(backend: &str) -> &'static [Invariance] {
     match backend.split('[').next().unwrap_or(backend) {
-        "ref" | "cpu" | "cuda" => ALL_INVARIANCES,
+        "ref" | "cpu" | "cuda" | "cuda-exact" => ALL_INVARIANCES,
         _ => &[],
     }
 }

@@ -71,13 +71,15 @@ impl Arithmetic {
         }
     }
 
-    /// What a backend (as named in a trace) declares: `ref` and `cuda` (whose kernels keep the
-    /// reference's operation order) the reference's operations, `cpu` 8-bit activations and an
-    /// f16 cache, anything else f32.
+    /// What a backend (as named in a trace) declares: `ref` and `cuda-exact` (whose kernels
+    /// keep the reference's operation order) the reference's operations, `cpu` 8-bit
+    /// activations and an f16 cache, `cuda` (fast numerics) 8-bit activations for its
+    /// quantized matmuls (its cache is f32, inside the f16 cache's bound; see
+    /// [`kv_cache_f16`]), anything else f32.
     pub fn for_backend(name: &str) -> Arithmetic {
         match name.split('[').next().unwrap_or(name) {
-            "ref" | "cuda" => Arithmetic::Exact,
-            "cpu" => Arithmetic::Quant8,
+            "ref" | "cuda-exact" => Arithmetic::Exact,
+            "cpu" | "cuda" => Arithmetic::Quant8,
             _ => Arithmetic::Float,
         }
     }
@@ -1233,6 +1235,14 @@ impl Isolator {
             seconds: self.seconds,
         }
     }
+}
+
+/// Whether B, declaring `arith`, stores its KV cache as f16: quant8 says so (the cpu backend),
+/// except for cuda's fast numerics, whose quant8 covers the matmuls and whose cache is f32.
+/// (An f32 cache is inside every f16 bound; the op harness needs to know which values the
+/// cache holds to feed the reference the same ones.)
+pub fn kv_cache_f16(arith: Arithmetic, backend: &str) -> bool {
+    arith == Arithmetic::Quant8 && backend.split('[').next().unwrap_or(backend) != "cuda"
 }
 
 /// Whether B quantizes the activations of a matmul against a weight of type `ty`.

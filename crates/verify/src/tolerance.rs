@@ -50,7 +50,8 @@ impl Profile {
         let bitwise = |s: &str| BITWISE_BACKENDS.contains(&s);
         if bitwise(&a) && bitwise(&b) {
             Profile::Exact
-        } else if a == "cpu" || b == "cpu" {
+        } else if [&a, &b].iter().any(|s| *s == "cpu" || *s == "cuda") {
+            // 8-bit activations (cpu; cuda's fast numerics).
             Profile::Quant
         } else {
             Profile::Float
