@@ -891,12 +891,20 @@ struct FastUnitK45 {
         uint4 h = *(const uint4*)b;
         d = h2f((u16)(h.x & 0xFFFF));
         dmin = h2f((u16)(h.x >> 16));
-        u8 s12[12];
-        u32 w3[3] = {h.y, h.z, h.w};
+        // scale_min_k4 on the 12 scale bytes (h.y: bytes 0..3, h.z: 4..7, h.w: 8..11), with
+        // shifts instead of a byte array (jp is not a compile-time index).
 #pragma unroll
-        for (int i = 0; i < 12; i++) s12[i] = (u8)(w3[i >> 2] >> (8 * (i & 3)));
-#pragma unroll
-        for (int s = 0; s < 2; s++) scale_min_k4(2 * jp + s, s12, &sc[s], &mn[s]);
+        for (int s = 0; s < 2; s++) {
+            int j = 2 * jp + s, i = j & 3;
+            u32 a = (h.y >> (8 * i)) & 0xFF, c = (h.z >> (8 * i)) & 0xFF, e = (h.w >> (8 * i)) & 0xFF;
+            if (j < 4) {
+                sc[s] = (int)(a & 63);
+                mn[s] = (int)(c & 63);
+            } else {
+                sc[s] = (int)((e & 0xF) | ((a >> 6) << 4));
+                mn[s] = (int)((e >> 4) | ((c >> 6) << 4));
+            }
+        }
         const u8* qs = b + (TY == T_Q4_K ? 16 : 48) + 32 * jp;
         uint4 q0 = *(const uint4*)qs, q1 = *(const uint4*)(qs + 16);
         u32 v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};

@@ -100,6 +100,9 @@ pub struct CudaTensor {
     rows: usize,
     cols: usize,
     pool: Arc<Mutex<Pool>>,
+    /// Unique per backend: a tensor is never written after its op made it, so the id names its
+    /// contents (fast numerics reuse one quantization of x for q, k and v).
+    id: u64,
 }
 
 impl Drop for CudaTensor {
@@ -228,6 +231,9 @@ pub struct CudaBackend {
     numerics: Numerics,
     /// The quantized activations of the current matmul (fast numerics), grown on demand.
     q8: RefCell<Option<CudaSlice<u8>>>,
+    /// The tensor whose quantization `q8` holds, and the next tensor id.
+    q8_of: std::cell::Cell<Option<u64>>,
+    next_id: std::cell::Cell<u64>,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
     uploads: RefCell<Uploads>,
@@ -394,6 +400,8 @@ impl CudaBackend {
             },
             numerics,
             q8: RefCell::new(None),
+            q8_of: std::cell::Cell::new(None),
+            next_id: std::cell::Cell::new(0),
             kernel_origin,
             uploads: RefCell::default(),
             scores: RefCell::new(None),
@@ -460,11 +468,14 @@ impl CudaBackend {
         cols: usize,
     ) -> CudaTensor {
         self.mark(op);
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
         CudaTensor {
             buf: Some(buf),
             rows,
             cols,
             pool: self.pool.clone(),
+            id,
         }
     }
 
@@ -561,7 +572,11 @@ impl CudaBackend {
     /// are whole blocks of 32 or 256) into the scratch buffer, `n * k` int8 values then per 32
     /// values `{f32 d, i32 sum}`. The buffer is reused by every matmul: everything runs in
     /// order on one stream, so the next quantization is queued after the kernels that read it.
+    /// When it already holds `x` (q, k and v read one tensor), nothing is launched.
     fn quantize_q8(&self, x: &CudaTensor) {
+        if self.q8_of.get() == Some(x.id) {
+            return;
+        }
         let (n, k) = (x.rows, x.cols);
         assert!(
             k.is_multiple_of(32),
@@ -572,6 +587,7 @@ impl CudaBackend {
         if q8.as_ref().is_none_or(|b| b.len() < bytes) {
             *q8 = Some(self.alloc::<u8>("quantize_q8", bytes.max(1).next_power_of_two()));
         }
+        self.q8_of.set(None);
         let Some(buf) = q8.as_mut() else {
             unreachable!("allocated above")
         };
@@ -592,6 +608,7 @@ impl CudaBackend {
         // SAFETY: x holds n * k floats; q has n * k bytes, d the rest of a buffer of
         // q8_bytes(n, k) (8 bytes per block, 8-aligned since n * k is a multiple of 32).
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("quantize_q8", e));
+        self.q8_of.set(Some(x.id));
     }
 
     /// `matmul` in fast numerics, for a quantized weight type.

@@ -215,7 +215,8 @@ fn unit_dot(ty: GgmlType, row: &[u8], u: usize, x: &Q8Row, acc: f32) -> f32 {
             let (sb, jp) = (u >> 2, u & 3);
             let b = &row[sb * ts..(sb + 1) * ts];
             let (d, dmin) = (ldh(b, 0), ldh(b, 2));
-            let s12 = &b[4..16];
+            // The kernel's scale_min_k4 on three little-endian words (bytes 4..8, 8..12, 12..16).
+            let (wy, wz, ww) = (ld_a2(b, 4), ld_a2(b, 8), ld_a2(b, 12));
             let qs = if ty == GgmlType::Q4K { 16 } else { 48 } + 32 * jp;
             let mut q = [0u32; 16];
             for i in 0..8 {
@@ -230,7 +231,22 @@ fn unit_dot(ty: GgmlType, row: &[u8], u: usize, x: &Q8Row, acc: f32) -> f32 {
             }
             let mut acc = acc;
             for s in 0..2 {
-                let (sc, mn) = scale_min_k4(2 * jp + s, s12);
+                let j = 2 * jp + s;
+                let i = j & 3;
+                let (a, c, e) = (
+                    (wy >> (8 * i)) & 0xFF,
+                    (wz >> (8 * i)) & 0xFF,
+                    (ww >> (8 * i)) & 0xFF,
+                );
+                let (sc, mn) = if j < 4 {
+                    ((a & 63) as i32, (c & 63) as i32)
+                } else {
+                    (
+                        ((e & 0xF) | ((a >> 6) << 4)) as i32,
+                        ((e >> 4) | ((c >> 6) << 4)) as i32,
+                    )
+                };
+                assert_eq!((sc, mn), scale_min_k4(j, &b[4..16]), "{ty} sub-block {j}");
                 let ab = sb * 8 + 2 * jp + s;
                 let xa = xints(x, ab, 0, 8);
                 let mut is = 0i32;
