@@ -347,4 +347,34 @@ mod tests {
         assert_eq!(t[6], (7.0 * f1).cos());
         assert_eq!(t[7], (7.0 * f1).sin());
     }
+
+    #[test]
+    fn fast_geometry_covers_every_row_and_tile() {
+        for (n, m) in [(1, 1), (1, 4096), (7, 576), (512, 14336), (9, 5)] {
+            let (x, y) = fast_grid(n, m);
+            // One warp per row, FAST_THREADS / 32 rows per block.
+            assert!(x as usize * (FAST_THREADS as usize / 32) >= m, "{n} x {m}");
+            assert!((1..=64).contains(&y));
+            assert!(y as usize <= n.div_ceil(FAST_TILE).max(1));
+        }
+        // 4096 rows: 1024 blocks of 4 warps, several per SM on 132 SMs.
+        assert_eq!(fast_grid(1, 4096), (1024, 1));
+        // Quants then 8-byte block records, the records 8-aligned.
+        assert_eq!(q8_bytes(2, 64), 128 + 4 * 8);
+        assert_eq!(q8_bytes(3, 96) % 8, 0);
+        assert!(FAST.iter().all(|t| fast_quantizes(t.id() as i32)));
+        for t in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
+            assert!(!fast_quantizes(t.id() as i32), "{t}");
+        }
+        for t in [
+            GgmlType::Q2K,
+            GgmlType::Q3K,
+            GgmlType::Iq4Nl,
+            GgmlType::Iq4Xs,
+        ] {
+            assert!(fast_quantizes(t.id() as i32) && !FAST.contains(&t), "{t}");
+        }
+        // Every fast type is a supported type.
+        assert!(FAST.iter().all(|t| SUPPORTED.contains(t)));
+    }
 }
