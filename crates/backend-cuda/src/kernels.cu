@@ -723,11 +723,20 @@ extern "C" __global__ void q8_values(const signed char* __restrict__ q, const Q8
     if (i < nvals) out[i] = (float)q[i] * ds[i >> 5].d;
 }
 
-__device__ __forceinline__ int ld_a2(const u8* p) {
-    const u16* h = (const u16*)p;
-    return (int)((u32)h[0] | ((u32)h[1] << 16));
-}
 __device__ __forceinline__ int ld_a4(const u8* p) { return *(const int*)p; }
+// NW little-endian words from a 2-byte aligned address: NW + 1 aligned 4-byte loads and funnel
+// shifts (instead of 2 NW 2-byte loads). May read up to 3 bytes past the last word, still
+// inside the row's next block or the weight's padding (plan::WEIGHT_PAD, 16 bytes).
+template <int NW>
+__device__ __forceinline__ void ld_words_a2(const u8* p, int* out) {
+    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
+    u32 sh = ((u32)(size_t)p & 3u) * 8u;
+    u32 w[NW + 1];
+#pragma unroll
+    for (int i = 0; i <= NW; i++) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < NW; i++) out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
+}
 // Bits 0..3 of v to bit 4 of bytes 0..3 (Q5_0 / Q5_1 high bits).
 __device__ __forceinline__ int hb4(u32 v) {
     return (int)(((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25));
@@ -746,8 +755,7 @@ struct FastUnit<T_Q4_0> {
     __device__ __forceinline__ void load(const u8* row, int u) {
         const u8* b = row + (size_t)u * 18;
         d = ldh(b);
-#pragma unroll
-        for (int i = 0; i < 4; i++) q[i] = ld_a2(b + 2 + 4 * i);
+        ld_words_a2<4>(b + 2, q);
     }
     __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
         const int4* xv = (const int4*)(xq + (size_t)u * 32);
@@ -801,10 +809,12 @@ struct FastUnit<T_Q5_0> {
     __device__ __forceinline__ void load(const u8* row, int u) {
         const u8* b = row + (size_t)u * 22;
         d = ldh(b);
-        u32 qh = (u32)ld_a2(b + 2);
+        int w[5];  // qh, then the 16 quant bytes
+        ld_words_a2<5>(b + 2, w);
+        u32 qh = (u32)w[0];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            int v = ld_a2(b + 6 + 4 * i);
+            int v = w[1 + i];
             q[i] = (v & 0x0F0F0F0F) | hb4(qh >> (4 * i));
             q[4 + i] = ((v >> 4) & 0x0F0F0F0F) | hb4(qh >> (16 + 4 * i));
         }
@@ -860,8 +870,7 @@ struct FastUnit<T_Q8_0> {
     __device__ __forceinline__ void load(const u8* row, int u) {
         const u8* b = row + (size_t)u * 34;
         d = ldh(b);
-#pragma unroll
-        for (int i = 0; i < 8; i++) q[i] = ld_a2(b + 2 + 4 * i);
+        ld_words_a2<8>(b + 2, q);
     }
     __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
         const int4* xv = (const int4*)(xq + (size_t)u * 32);
@@ -948,7 +957,7 @@ struct FastUnit<T_Q5_K> : FastUnitK45<T_Q5_K> {};
 
 // Q6_K: unit u = (super-block u / 4, half n = (u / 2) & 1, h = u & 1): values
 // 128n + 32k + 16h + (0..16) for k = 0..3, four 16-value runs each with its int8 scale, each
-// in activation block 8 sb + 4n + k. Blocks of 210 bytes: 2-byte loads.
+// in activation block 8 sb + 4n + k. Blocks of 210 bytes (2-byte aligned): ld_words_a2.
 template <>
 struct FastUnit<T_Q6_K> {
     static constexpr int E = 64;
@@ -961,11 +970,13 @@ struct FastUnit<T_Q6_K> {
         d = ldh(b + 208);
 #pragma unroll
         for (int k = 0; k < 4; k++) sc[k] = (int)(signed char)b[192 + 8 * n + 2 * k + h];
+        int wa[4], wb[4], wh[4];
+        ld_words_a2<4>(b + 64 * n + 16 * h, wa);
+        ld_words_a2<4>(b + 64 * n + 32 + 16 * h, wb);
+        ld_words_a2<4>(b + 128 + 32 * n + 16 * h, wh);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            u32 A = (u32)ld_a2(b + 64 * n + 16 * h + 4 * i);
-            u32 B = (u32)ld_a2(b + 64 * n + 32 + 16 * h + 4 * i);
-            u32 H = (u32)ld_a2(b + 128 + 32 * n + 16 * h + 4 * i);
+            u32 A = (u32)wa[i], B = (u32)wb[i], H = (u32)wh[i];
             q[i] = (int)__vsub4((A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u), 0x20202020u);
             q[4 + i] = (int)__vsub4((B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u), 0x20202020u);
             q[8 + i] = (int)__vsub4(((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u), 0x20202020u);
