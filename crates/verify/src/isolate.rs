@@ -1554,3 +1554,39 @@ pub fn isolate_engine(
     }
     Ok(iso.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_declare_their_arithmetic() {
+        assert_eq!(Arithmetic::for_backend("ref"), Arithmetic::Exact);
+        assert_eq!(Arithmetic::for_backend("cuda-exact"), Arithmetic::Exact);
+        assert_eq!(
+            Arithmetic::for_backend("cuda-exact[q4k-wrong-scale]"),
+            Arithmetic::Exact
+        );
+        assert_eq!(Arithmetic::for_backend("cpu"), Arithmetic::Quant8);
+        assert_eq!(Arithmetic::for_backend("cuda"), Arithmetic::Quant8);
+        assert_eq!(
+            Arithmetic::for_backend("cuda[kv-skip-prefill]"),
+            Arithmetic::Quant8
+        );
+        assert_eq!(Arithmetic::for_backend("llama.cpp"), Arithmetic::Float);
+        // The cpu's quant8 keeps an f16 cache; cuda's fast numerics an f32 one.
+        assert!(kv_cache_f16(Arithmetic::Quant8, "cpu"));
+        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda"));
+        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda[wrong-kv-head]"));
+        assert!(!kv_cache_f16(Arithmetic::Exact, "cpu"));
+        assert!(crate::check::bitwise_invariances("cuda").len() > 1);
+        assert_eq!(
+            crate::check::bitwise_invariances("cuda-exact"),
+            crate::check::bitwise_invariances("ref")
+        );
+        use crate::tolerance::Profile;
+        assert_eq!(Profile::for_backends("ref", "cuda"), Profile::Quant);
+        assert_eq!(Profile::for_backends("ref", "cuda-exact"), Profile::Float);
+        assert_eq!(Profile::for_backends("ref", "cpu"), Profile::Quant);
+    }
+}
