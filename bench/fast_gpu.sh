@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for be in cuda cuda-exact; do
   echo "== check --ops --backend $be"
   ( time $B check --ops --backend $be ) > $OUT/ops-$be.txt 2>&1; echo "exit $?"
-  grep -iE "fail|worst|cases" $OUT/ops-$be.txt | head -12; tail -3 $OUT/ops-$be.txt; el
+  grep -vE " ok$" $OUT/ops-$be.txt | tail -15; el
 done
 
 IDS=1022,829,87,183,242,185,818,888,594,40,96,339,442,634,489,270,163,706,750,33,116,462,399,907
@@ -55,7 +55,7 @@ for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b.gguf /tmp/l8b.gguf; do
   for be in cuda cuda-exact; do
     echo "-- $(basename $m) $be"
     $B bench --backend $be -m $m -r 3 > /tmp/b.txt 2>&1; echo "exit $?"
-    grep -E "pp512|tg128|t/s" /tmp/b.txt | tail -4
+    grep -E "pp512|tg128|error|memory" /tmp/b.txt | tail -4
     { echo "== $m $be"; cat /tmp/b.txt; } >> $OUT/bench.txt
   done
   el
