@@ -914,6 +914,14 @@ struct FastUnitK45 {
                 mn[s] = (int)((e >> 4) | ((c >> 6) << 4));
             }
         }
+#ifdef FAULT_Q4K_WRONG_SCALE
+        if constexpr (TY == T_Q4_K) {
+            // seeded fault: each sub-block takes its neighbour's scale and min (as in the
+            // exact kernel's decode_lane)
+            int t = sc[0]; sc[0] = sc[1]; sc[1] = t;
+            t = mn[0]; mn[0] = mn[1]; mn[1] = t;
+        }
+#endif
         const u8* qs = b + (TY == T_Q4_K ? 16 : 48) + 32 * jp;
         uint4 q0 = *(const uint4*)qs, q1 = *(const uint4*)(qs + 16);
         u32 v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};

@@ -53,7 +53,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     (
         "q4k-wrong-scale",
         "FAULT_Q4K_WRONG_SCALE",
-        "Q4_K decoding in the matmul takes the neighbouring sub-block's scale and min",
+        "Q4_K decoding in the matmul (exact and fast kernels) takes the neighbouring sub-block's scale and min",
     ),
 ];
 
