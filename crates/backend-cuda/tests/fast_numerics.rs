@@ -447,6 +447,66 @@ fn every_fast_type_is_inside_the_quant8_bound() {
     }
 }
 
+/// The same bound on weights quantized by llama.cpp: every matrix of the fast types in the
+/// tiny-llama fixtures (one file per type), against random activations with outliers.
+#[test]
+fn llama_cpp_quantized_fixture_weights_are_inside_the_quant8_bound() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/tiny-llama");
+    let mut rng = Rng(0xf17e);
+    for &ty in FAST {
+        let path = dir.join(format!("tiny-llama-{ty}.gguf"));
+        let file = lockstep_gguf::GgufFile::open(&path)
+            .unwrap_or_else(|e| panic!("fixture {}: {e}", path.display()));
+        let mut checked = 0;
+        let mut worst = 0f64;
+        for t in file
+            .tensors()
+            .iter()
+            .filter(|t| t.ty == ty && t.dims.len() == 2)
+        {
+            let k = t.dims[0] as usize;
+            let rows = (t.dims[1] as usize).min(48);
+            let rb = k / ty.block_size() * ty.type_size();
+            let w = &file.tensor_data(t)[..rows * rb];
+            let wf = dequantize(ty, w, rows * k).unwrap_or_else(|e| panic!("{ty}: {e}"));
+            let n = 2;
+            let x = activations(n, k, &mut rng);
+            let xq = quantize_q8_f32(&HostTensor::matrix(n, k, x.clone()));
+            let qrows: Vec<Q8Row> = x.chunks_exact(k).map(quantize_row).collect();
+            let (mut err, mut energy) = (0f64, 0f64);
+            let mut want32 = vec![0f32; n * rows];
+            for r in 0..rows {
+                let y = mmv_row(ty, &w[r * rb..(r + 1) * rb], &qrows, k, 1);
+                for (i, &g) in y.iter().enumerate() {
+                    let want: f64 = (0..k)
+                        .map(|j| f64::from(wf[r * k + j]) * f64::from(xq.data[i * k + j]))
+                        .sum();
+                    err += (f64::from(g) - want).powi(2);
+                    energy += want * want;
+                    want32[i * rows + r] = want as f32;
+                }
+            }
+            let yref = HostTensor::matrix(n, rows, want32);
+            let bound = matmul_bound(Arithmetic::Quant8, &column_squares(&wf, k), &xq, &yref);
+            let nmse = err / energy;
+            assert!(
+                nmse <= bound,
+                "{ty} {}: NMSE {nmse:e} over {bound:e}",
+                t.name
+            );
+            worst = worst.max(nmse / bound);
+            checked += 1;
+        }
+        eprintln!("{ty:>5}: {checked} matrices, worst NMSE / bound {worst:.2e}");
+        assert!(
+            checked > 0,
+            "{ty}: no matrix of that type in {}",
+            path.display()
+        );
+    }
+}
+
 /// A row's output is bitwise the same alone, in a batch of any size at any place, and whatever
 /// the grid's tile stride.
 #[test]
