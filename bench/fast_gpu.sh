@@ -33,17 +33,19 @@ el
 echo "== synthesized models"
 $B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf | tail -1
 $B synth --like gemma3 --type Q4_K_M --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M --layers 4 -o /tmp/l1b4.gguf | tail -1
 $B synth --like llama-1b --type Q4_K_M -o /tmp/l1b.gguf | tail -1
 el
-for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b.gguf; do
-  ( time $B diff -m $m --a ref --b cuda -p "The capital of France is Paris. The capital of Germany is" --decode 32 --isolate ) > /tmp/d.txt 2>&1; rc=$?
+# The reference runs on the device's CPU: Llama-1B cut to 4 layers keeps the diff short.
+for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b4.gguf; do
+  ( time timeout 150 $B diff -m $m --a ref --b cuda -p "The capital of France is Paris. The capital of Germany is" --decode 32 --isolate ) > /tmp/d.txt 2>&1; rc=$?
   echo "$(basename $m) exit $rc"; grep -E '^verdict|isolat|worst|^real' /tmp/d.txt | head -6
   cat /tmp/d.txt >> $OUT/models.txt
 done
 el
 
 echo "== check --backend cuda (every tap, every invariance, bitwise)"
-( time $B check -m /tmp/smol.gguf --backend cuda ) > $OUT/check.txt 2>&1; echo "exit $?"; tail -14 $OUT/check.txt
+( time timeout 180 $B check -m /tmp/smol.gguf --backend cuda ) > $OUT/check.txt 2>&1; echo "exit $?"; tail -14 $OUT/check.txt
 el
 
 echo "== llama-8b synth"
@@ -54,7 +56,7 @@ echo "== bench (pp512, tg128, 3 reps): cuda vs cuda-exact"
 for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b.gguf /tmp/l8b.gguf; do
   for be in cuda cuda-exact; do
     echo "-- $(basename $m) $be"
-    $B bench --backend $be -m $m -r 3 > /tmp/b.txt 2>&1; echo "exit $?"
+    timeout 120 $B bench --backend $be -m $m -r 3 > /tmp/b.txt 2>&1; echo "exit $?"
     grep -E "pp512|tg128|error|memory" /tmp/b.txt | tail -4
     { echo "== $m $be"; cat /tmp/b.txt; } >> $OUT/bench.txt
   done
@@ -62,6 +64,6 @@ for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b.gguf /tmp/l8b.gguf; do
 done
 
 echo "== per-op profile, 8B decode (synchronized after every op)"
-LOCKSTEP_CUDA_PROFILE=1 $B bench --backend cuda -m /tmp/l8b.gguf -p 0 -n 32 -r 1 > $OUT/profile8b.txt 2>&1
+LOCKSTEP_CUDA_PROFILE=1 timeout 90 $B bench --backend cuda -m /tmp/l8b.gguf -p 0 -n 32 -r 1 > $OUT/profile8b.txt 2>&1
 grep -E "matmul|gate_up|quantize|total" $OUT/profile8b.txt | head -8
 el
