@@ -686,3 +686,468 @@ extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int row
     size_t row_bytes = (size_t)(k / bs) * ts;
     out[idx] = deq_at(t, W + (r0 + r) * row_bytes, j);
 }
+
+// ============================================================================================
+// FAST NUMERICS (`Numerics::Fast`, backend name `cuda`): declared arithmetic quant8.
+//
+// Activations are quantized once per matmul call (`quantize_q8_32`): every run of 32 values of
+// a row becomes int8 q with an f32 scale d = max|x| / 127, q = round_half_even(x * (1 / d))
+// clamped to +-127 (NaN to 0): the cpu backend's rule (crates/backend-cpu/src/act.rs) and
+// verify's `quantize_q8_f32`, so the isolated reference recomputes on the very same values.
+// Each 32-block also keeps the integer sum of its q (for the offsets and mins of Q4_1, Q5_1,
+// Q4_K, Q5_K).
+//
+// `mmv_fast_<id>`: one warp per weight row. A row is cut into units (32 values for the 32-value
+// block types, 64 for the K-quants); lane L takes units L, L + 32, ... in order. A unit's
+// products are exact integer sums (`__dp4a`, no overflow: |sum| < 2^24 with its sub-block scale
+// folded in), turned into f32 and added into the lane's one accumulator with explicit FMAs
+// (`acc = fma(d_w * d_x, isum, acc)`, then the min or offset term the same way), in the unit's
+// fixed order. The 32 lane sums meet in a butterfly (xor 16, 8, 4, 2, 1; f32 adds, identical
+// on every lane). A block runs tiles of up to 8 activation rows (8, then 4, 2, 1 for the rest);
+// every row has its own accumulators and the same operations whatever the tile, the row count
+// or the row's place: batch-invariant bitwise. tests/fast_numerics.rs emulates every operation
+// on the host.
+//
+// Types with a fast kernel: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K. The others
+// (Q2_K, Q3_K, IQ4_NL, IQ4_XS) run the exact kernel on the quantized activations turned back
+// into f32 (`q8_values`: q * d, the declared values); F32/F16/BF16 weights are not quantized
+// under quant8 and run the exact kernel on x itself.
+// ============================================================================================
+
+struct Q8Blk {
+    float d;
+    int s;
+};
+
+// One warp per 32-block of the activations (n * k / 32 blocks, k a multiple of 32).
+extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed char* __restrict__ q,
+                                          Q8Blk* __restrict__ ds, int nblk) {
+    int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (blk >= nblk) return;
+    float v = x[(size_t)blk * 32 + lane];
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    float d = a / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float r = rintf(v * id);
+    int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
+    q[(size_t)blk * 32 + lane] = (signed char)qi;
+    int s = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) ds[blk] = Q8Blk{d, s};
+}
+
+// The quantized activations as the f32 values they stand for (q * d), for the exact kernels of
+// the types without a fast kernel.
+extern "C" __global__ void q8_values(const signed char* __restrict__ q, const Q8Blk* __restrict__ ds,
+                                     float* __restrict__ out, int nvals) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < nvals) out[i] = (float)q[i] * ds[i >> 5].d;
+}
+
+__device__ __forceinline__ int ld_a4(const u8* p) { return *(const int*)p; }
+// NW little-endian words from a 2-byte aligned address: NW + 1 aligned 4-byte loads and funnel
+// shifts (instead of 2 NW 2-byte loads). May read up to 3 bytes past the last word, still
+// inside the row's next block or the weight's padding (plan::WEIGHT_PAD, 16 bytes).
+template <int NW>
+__device__ __forceinline__ void ld_words_a2(const u8* p, int* out) {
+    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
+    u32 sh = ((u32)(size_t)p & 3u) * 8u;
+    u32 w[NW + 1];
+#pragma unroll
+    for (int i = 0; i <= NW; i++) w[i] = a[i];
+#pragma unroll
+    for (int i = 0; i < NW; i++) out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
+}
+// Bits 0..3 of v to bit 4 of bytes 0..3 (Q5_0 / Q5_1 high bits).
+__device__ __forceinline__ int hb4(u32 v) {
+    return (int)(((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25));
+}
+
+// A unit of weights in registers: `load` reads unit u of a row, `dot` adds its product with
+// one activation row (xq, xd: the row's quants and block scales) into acc.
+template <int TY>
+struct FastUnit;
+
+template <>
+struct FastUnit<T_Q4_0> {
+    static constexpr int E = 32;
+    float d;
+    int q[4];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 18;
+        d = ldh(b);
+        ld_words_a2<4>(b + 2, q);
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        const int4* xv = (const int4*)(xq + (size_t)u * 32);
+        int4 x0 = xv[0], x1 = xv[1];
+        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = __dp4a(q[i] & 0x0F0F0F0F, xa[i], s);
+            s = __dp4a((q[i] >> 4) & 0x0F0F0F0F, xa[4 + i], s);
+        }
+        Q8Blk a = xd[u];
+        s -= 8 * a.s;
+        return __fmaf_rn(d * a.d, (float)s, acc);
+    }
+};
+
+template <>
+struct FastUnit<T_Q4_1> {
+    static constexpr int E = 32;
+    float d, m;
+    int q[4];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 20;
+        d = ldh(b);
+        m = ldh(b + 2);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = ld_a4(b + 4 + 4 * i);
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        const int4* xv = (const int4*)(xq + (size_t)u * 32);
+        int4 x0 = xv[0], x1 = xv[1];
+        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s = __dp4a(q[i] & 0x0F0F0F0F, xa[i], s);
+            s = __dp4a((q[i] >> 4) & 0x0F0F0F0F, xa[4 + i], s);
+        }
+        Q8Blk a = xd[u];
+        acc = __fmaf_rn(d * a.d, (float)s, acc);
+        return __fmaf_rn(m * a.d, (float)a.s, acc);
+    }
+};
+
+template <>
+struct FastUnit<T_Q5_0> {
+    static constexpr int E = 32;
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 22;
+        d = ldh(b);
+        int w[5];  // qh, then the 16 quant bytes
+        ld_words_a2<5>(b + 2, w);
+        u32 qh = (u32)w[0];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = w[1 + i];
+            q[i] = (v & 0x0F0F0F0F) | hb4(qh >> (4 * i));
+            q[4 + i] = ((v >> 4) & 0x0F0F0F0F) | hb4(qh >> (16 + 4 * i));
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        const int4* xv = (const int4*)(xq + (size_t)u * 32);
+        int4 x0 = xv[0], x1 = xv[1];
+        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], xa[i], s);
+        Q8Blk a = xd[u];
+        s -= 16 * a.s;
+        return __fmaf_rn(d * a.d, (float)s, acc);
+    }
+};
+
+template <>
+struct FastUnit<T_Q5_1> {
+    static constexpr int E = 32;
+    float d, m;
+    int q[8];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 24;
+        d = ldh(b);
+        m = ldh(b + 2);
+        u32 qh = (u32)ld_a4(b + 4);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = ld_a4(b + 8 + 4 * i);
+            q[i] = (v & 0x0F0F0F0F) | hb4(qh >> (4 * i));
+            q[4 + i] = ((v >> 4) & 0x0F0F0F0F) | hb4(qh >> (16 + 4 * i));
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        const int4* xv = (const int4*)(xq + (size_t)u * 32);
+        int4 x0 = xv[0], x1 = xv[1];
+        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], xa[i], s);
+        Q8Blk a = xd[u];
+        acc = __fmaf_rn(d * a.d, (float)s, acc);
+        return __fmaf_rn(m * a.d, (float)a.s, acc);
+    }
+};
+
+template <>
+struct FastUnit<T_Q8_0> {
+    static constexpr int E = 32;
+    float d;
+    int q[8];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 34;
+        d = ldh(b);
+        ld_words_a2<8>(b + 2, q);
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        const int4* xv = (const int4*)(xq + (size_t)u * 32);
+        int4 x0 = xv[0], x1 = xv[1];
+        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a(q[i], xa[i], s);
+        return __fmaf_rn(d * xd[u].d, (float)s, acc);
+    }
+};
+
+// Q4_K and Q5_K: a unit is a pair of 32-value sub-blocks (2jp, 2jp + 1) of one super-block;
+// header (d, dmin, 12 scale bytes) and quants in 16-byte loads (blocks of 144 / 176 bytes keep
+// 16-byte alignment). Per sub-block: acc = fma(d * dx, sc * isum, acc), then
+// acc = fma(dmin * dx, -(m * sum(xq)), acc).
+template <int TY>
+struct FastUnitK45 {
+    static constexpr int E = 64;
+    float d, dmin;
+    int sc[2], mn[2];
+    int q[16];  // 8 ints of sub-block 2jp, 8 of 2jp + 1, as values 0..31
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        constexpr int TS = TY == T_Q4_K ? 144 : 176;
+        int sb = u >> 2, jp = u & 3;
+        const u8* b = row + (size_t)sb * TS;
+        uint4 h = *(const uint4*)b;
+        d = h2f((u16)(h.x & 0xFFFF));
+        dmin = h2f((u16)(h.x >> 16));
+        // scale_min_k4 on the 12 scale bytes (h.y: bytes 0..3, h.z: 4..7, h.w: 8..11), with
+        // shifts instead of a byte array (jp is not a compile-time index).
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int j = 2 * jp + s, i = j & 3;
+            u32 a = (h.y >> (8 * i)) & 0xFF, c = (h.z >> (8 * i)) & 0xFF, e = (h.w >> (8 * i)) & 0xFF;
+            if (j < 4) {
+                sc[s] = (int)(a & 63);
+                mn[s] = (int)(c & 63);
+            } else {
+                sc[s] = (int)((e & 0xF) | ((a >> 6) << 4));
+                mn[s] = (int)((e >> 4) | ((c >> 6) << 4));
+            }
+        }
+#ifdef FAULT_Q4K_WRONG_SCALE
+        if constexpr (TY == T_Q4_K) {
+            // seeded fault: each sub-block takes its neighbour's scale and min (as in the
+            // exact kernel's decode_lane)
+            int t = sc[0]; sc[0] = sc[1]; sc[1] = t;
+            t = mn[0]; mn[0] = mn[1]; mn[1] = t;
+        }
+#endif
+        const u8* qs = b + (TY == T_Q4_K ? 16 : 48) + 32 * jp;
+        uint4 q0 = *(const uint4*)qs, q1 = *(const uint4*)(qs + 16);
+        u32 v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            q[i] = (int)(v[i] & 0x0F0F0F0Fu);
+            q[8 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
+        }
+        if constexpr (TY == T_Q5_K) {
+            uint4 h0 = *(const uint4*)(b + 16), h1 = *(const uint4*)(b + 32);
+            u32 hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                q[i] |= (int)(((hv[i] >> (2 * jp)) & 0x01010101u) << 4);
+                q[8 + i] |= (int)(((hv[i] >> (2 * jp + 1)) & 0x01010101u) << 4);
+            }
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        int sb = u >> 2, jp = u & 3;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int ab = sb * 8 + 2 * jp + s;
+            const int4* xv = (const int4*)(xq + (size_t)ab * 32);
+            int4 x0 = xv[0], x1 = xv[1];
+            int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int is = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) is = __dp4a(q[8 * s + i], xa[i], is);
+            Q8Blk a = xd[ab];
+            acc = __fmaf_rn(d * a.d, (float)(sc[s] * is), acc);
+            acc = __fmaf_rn(dmin * a.d, (float)(-(mn[s] * a.s)), acc);
+        }
+        return acc;
+    }
+};
+template <>
+struct FastUnit<T_Q4_K> : FastUnitK45<T_Q4_K> {};
+template <>
+struct FastUnit<T_Q5_K> : FastUnitK45<T_Q5_K> {};
+
+// Q6_K: unit u = (super-block u / 4, half n = (u / 2) & 1, h = u & 1): values
+// 128n + 32k + 16h + (0..16) for k = 0..3, four 16-value runs each with its int8 scale, each
+// in activation block 8 sb + 4n + k. Blocks of 210 bytes (2-byte aligned): ld_words_a2.
+template <>
+struct FastUnit<T_Q6_K> {
+    static constexpr int E = 64;
+    float d;
+    int sc[4];
+    int q[16];  // run k: ints 4k .. 4k + 3, as values -32..31
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
+        const u8* b = row + (size_t)sb * 210;
+        d = ldh(b + 208);
+#pragma unroll
+        for (int k = 0; k < 4; k++) sc[k] = (int)(signed char)b[192 + 8 * n + 2 * k + h];
+        int wa[4], wb[4], wh[4];
+        ld_words_a2<4>(b + 64 * n + 16 * h, wa);
+        ld_words_a2<4>(b + 64 * n + 32 + 16 * h, wb);
+        ld_words_a2<4>(b + 128 + 32 * n + 16 * h, wh);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            u32 A = (u32)wa[i], B = (u32)wb[i], H = (u32)wh[i];
+            q[i] = (int)__vsub4((A & 0x0F0F0F0Fu) | ((H << 4) & 0x30303030u), 0x20202020u);
+            q[4 + i] = (int)__vsub4((B & 0x0F0F0F0Fu) | ((H << 2) & 0x30303030u), 0x20202020u);
+            q[8 + i] = (int)__vsub4(((A >> 4) & 0x0F0F0F0Fu) | (H & 0x30303030u), 0x20202020u);
+            q[12 + i] = (int)__vsub4(((B >> 4) & 0x0F0F0F0Fu) | ((H >> 2) & 0x30303030u), 0x20202020u);
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int ab = sb * 8 + 4 * n + k;
+            int4 x = *(const int4*)(xq + (size_t)ab * 32 + 16 * h);
+            int is = 0;
+            is = __dp4a(q[4 * k], x.x, is);
+            is = __dp4a(q[4 * k + 1], x.y, is);
+            is = __dp4a(q[4 * k + 2], x.z, is);
+            is = __dp4a(q[4 * k + 3], x.w, is);
+            acc = __fmaf_rn(d * xd[ab].d, (float)(sc[k] * is), acc);
+        }
+        return acc;
+    }
+};
+
+// The butterfly every lane ends with the same value of.
+__device__ __forceinline__ float warp_sum_fixed(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR).
+template <int TY, int NT, bool PAIR>
+__device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __restrict__ W2,
+                                          const signed char* __restrict__ xq,
+                                          const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                          float* __restrict__ y2, float* __restrict__ y3, int t,
+                                          int k, int m, int r, int act, double cgelu) {
+    constexpr int E = FastUnit<TY>::E;
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    int lane = threadIdx.x & 31;
+    size_t row_bytes = (size_t)(k / BS) * TS;
+    const u8* row = W + (size_t)r * row_bytes;
+    const u8* row2 = PAIR ? W2 + (size_t)r * row_bytes : nullptr;
+    int units = k / E, kb = k >> 5;
+    float acc[NT], acc2[PAIR ? NT : 1];
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (PAIR ? NT : 1); i++) acc2[i] = 0.0f;
+    for (int u = lane; u < units; u += 32) {
+        FastUnit<TY> w;
+        w.load(row, u);
+        if constexpr (PAIR) {
+            FastUnit<TY> w2;
+            w2.load(row2, u);
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const signed char* xr = xq + (size_t)(t + i) * k;
+                const Q8Blk* dr = xd + (size_t)(t + i) * kb;
+                acc[i] = w.dot(xr, dr, u, acc[i]);
+                acc2[i] = w2.dot(xr, dr, u, acc2[i]);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NT; i++)
+                acc[i] = w.dot(xq + (size_t)(t + i) * k, xd + (size_t)(t + i) * kb, u, acc[i]);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        float v = warp_sum_fixed(acc[i]);
+        if constexpr (PAIR) {
+            float uu = warp_sum_fixed(acc2[i]);
+            if (lane == 0) {
+                size_t o = (size_t)(t + i) * m + r;
+                y[o] = v;
+                y2[o] = uu;
+                // act_mul's operations (f64), so the fused output is bitwise the separate ops'.
+                double g = (double)v, f;
+                if (act == 0) f = g / (1.0 + exp(-g));
+                else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
+                y3[o] = (float)(f * (double)uu);
+            }
+        } else {
+            if (lane == 0) y[(size_t)(t + i) * m + r] = v;
+        }
+    }
+}
+
+// One warp per weight row (blockDim.x / 32 rows per block, grid.x over rows); grid.y strides
+// over tiles of 8 activation rows. A tile short of 8 rows (only the last) runs as 4 + 2 + 1.
+template <int TY, bool PAIR>
+__device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8* __restrict__ W2,
+                                              const signed char* __restrict__ xq,
+                                              const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                              float* __restrict__ y2, float* __restrict__ y3, int n,
+                                              int k, int m, int act, double cgelu) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= m) return;  // a whole warp leaves together: the shuffles stay full-warp
+    for (int t0 = blockIdx.y * 8; t0 < n; t0 += gridDim.y * 8) {
+        int nt = min(8, n - t0), t = t0;
+        if (nt == 8) {
+            fast_rows<TY, 8, PAIR>(W, W2, xq, xd, y, y2, y3, t, k, m, r, act, cgelu);
+            continue;
+        }
+        if (nt & 4) {
+            fast_rows<TY, 4, PAIR>(W, W2, xq, xd, y, y2, y3, t, k, m, r, act, cgelu);
+            t += 4;
+        }
+        if (nt & 2) {
+            fast_rows<TY, 2, PAIR>(W, W2, xq, xd, y, y2, y3, t, k, m, r, act, cgelu);
+            t += 2;
+        }
+        if (nt & 1) fast_rows<TY, 1, PAIR>(W, W2, xq, xd, y, y2, y3, t, k, m, r, act, cgelu);
+    }
+}
+
+// Per type with a fast kernel: mmv_fast_<id> (matmul) and gate_up_fast_<id> (the fused
+// gate/up/activation: one warp per row of each weight, the same activation rows).
+#define FAST_FOR(TY)                                                                            \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        mmv_fast_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,     \
+                      int k, int m) {                                                           \
+        mmv_fast_body<TY, false>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);     \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        gate_up_fast_##TY(const u8* Wg, const u8* Wu, const signed char* xq, const Q8Blk* xd,   \
+                          float* g, float* u, float* a, int n, int k, int m, int act, double c) {\
+        mmv_fast_body<TY, true>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                      \
+    }
+FAST_FOR(2)
+FAST_FOR(3)
+FAST_FOR(6)
+FAST_FOR(7)
+FAST_FOR(8)
+FAST_FOR(12)
+FAST_FOR(13)
+FAST_FOR(14)
+// ============================================================================================
+// END FAST NUMERICS
+// ============================================================================================

@@ -6,11 +6,16 @@
 //! this crate builds everywhere, and without a driver [`CudaBackend::new`] returns a clear
 //! error instead of failing to link.
 //!
-//! Numerics follow the reference backend: every dot product keeps the reference's eight
-//! interleaved f32 partial sums and its reduction tree, element by element, and the kernels are
-//! compiled without FMA contraction; norms, activations, softmax and the attention sum run in
-//! f64 as the reference's do. Only the f64 `exp`/`tanh` of the device library may differ from
-//! the host's by an ulp before the final rounding to f32.
+//! Two numerics modes ([`Numerics`]). **Exact** (`cuda-exact`) follows the reference backend:
+//! every dot product keeps the reference's eight interleaved f32 partial sums and its reduction
+//! tree, element by element, and the kernels are compiled without FMA contraction; norms,
+//! activations, softmax and the attention sum run in f64 as the reference's do. Only the f64
+//! `exp`/`tanh` of the device library may differ from the host's by an ulp before the final
+//! rounding to f32. **Fast** (`cuda`, the default) differs in the matmuls alone: activations are
+//! quantized to int8 per 32 values (the cpu backend's quant8 format) and the quantized weights
+//! are dotted with `__dp4a`, one warp per weight row, FMAs and a fixed butterfly (kernels.cu,
+//! FAST NUMERICS); it declares quant8 arithmetic to `verify`. Both are batch-invariant bitwise:
+//! a row's operations never depend on the other rows of the call.
 //!
 //! Taps: the attention kernel writes its scores and probabilities to device buffers and reads
 //! them back for the next stage, so `kq` and `kq_softmax` are copies of the values consumed
@@ -51,7 +56,7 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
     (
         "q4k-wrong-scale",
         "FAULT_Q4K_WRONG_SCALE",
-        "Q4_K decoding in the matmul takes the neighbouring sub-block's scale and min",
+        "Q4_K decoding in the matmul (exact and fast kernels) takes the neighbouring sub-block's scale and min",
     ),
     (
         "kv-view-offset",
@@ -93,6 +98,16 @@ fn seeded_fault() -> Result<Option<(&'static str, &'static str)>, BackendError> 
 
 use plan::QuantDesc;
 
+/// How the matmuls compute (everything else is the same in both modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Numerics {
+    /// The reference's operations, bit for bit (backend name `cuda-exact`).
+    Exact,
+    /// quant8: int8 activations per 32 values, `__dp4a` dot products, FMA, a fixed warp
+    /// reduction (backend name `cuda`, the default).
+    Fast,
+}
+
 /// The kernel source, compiled by NVRTC at run time.
 pub const KERNEL_SOURCE: &str = include_str!("kernels.cu");
 
@@ -103,6 +118,9 @@ pub struct CudaTensor {
     rows: usize,
     cols: usize,
     pool: Arc<Mutex<Pool>>,
+    /// Unique per backend: a tensor is never written after its op made it, so the id names its
+    /// contents (fast numerics reuse one quantization of x for q, k and v).
+    id: u64,
 }
 
 impl Drop for CudaTensor {
@@ -194,16 +212,32 @@ struct Kernels {
     kv_gather: CudaFunction,
     attention: CudaFunction,
     dequant_rows: CudaFunction,
+    /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
+    /// gate/up/activation; the activation quantizer and its values for the other types.
+    fast_mm: Vec<(i32, CudaFunction)>,
+    fast_gu: Vec<(i32, CudaFunction)>,
+    quantize_q8: CudaFunction,
+    q8_values: CudaFunction,
 }
 
 /// Options of the CUDA backend.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CudaOptions {
+    pub numerics: Numerics,
     /// Batch-invariant: every row's result is bitwise independent of the other rows in the
     /// step, whatever their number (the same kernels for one row and for many). Off, a step
     /// of more than [`GEMM_MIN_ROWS`] rows multiplies on the tensor cores (cuBLAS, TF32),
     /// whose results depend on the batch's shape.
     pub deterministic: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            numerics: Numerics::Fast,
+            deterministic: false,
+        }
+    }
 }
 
 /// Steps with at least this many rows (prefill) use the tensor-core GEMM when the backend is
@@ -318,8 +352,14 @@ pub struct CudaBackend {
     k: Kernels,
     gemm: Option<TensorGemm>,
     device: String,
-    /// `cuda`, or `cuda[FAULT]` with a seeded fault.
+    /// `cuda` (fast) or `cuda-exact`, with `[FAULT]` appended for a seeded fault.
     name: String,
+    numerics: Numerics,
+    /// The quantized activations of the current matmul (fast numerics), grown on demand.
+    q8: RefCell<Option<CudaSlice<u8>>>,
+    /// The tensor whose quantization `q8` holds, and the next tensor id.
+    q8_of: std::cell::Cell<Option<u64>>,
+    next_id: std::cell::Cell<u64>,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
     steps: RefCell<Steps>,
@@ -385,14 +425,23 @@ fn device_failure(op: &str, e: impl std::fmt::Display) -> ! {
 }
 
 impl CudaBackend {
-    /// Opens GPU 0, compiles (or loads from the cache) the kernels. Without a CUDA driver, NVRTC
-    /// or a GPU, a clear [`BackendError::Unavailable`].
+    /// Opens GPU 0 with fast numerics (the deployable default), see [`Self::with_numerics`].
     pub fn new() -> Result<CudaBackend, BackendError> {
-        Self::with_options(CudaOptions::default())
+        Self::with_numerics(Numerics::Fast)
     }
 
-    /// [`CudaBackend::new`] with options.
+    /// Opens GPU 0, compiles (or loads from the cache) the kernels. Without a CUDA driver, NVRTC
+    /// or a GPU, a clear [`BackendError::Unavailable`].
+    pub fn with_numerics(numerics: Numerics) -> Result<CudaBackend, BackendError> {
+        Self::with_options(CudaOptions {
+            numerics,
+            deterministic: false,
+        })
+    }
+
+    /// Opens GPU 0 with options.
     pub fn with_options(opts: CudaOptions) -> Result<CudaBackend, BackendError> {
+        let numerics = opts.numerics;
         // SAFETY: only tries to open the shared libraries by name.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(unavailable(
@@ -459,6 +508,13 @@ impl CudaBackend {
                 f(&format!("gate_up_t8_{id}"))?,
             ));
         }
+        let mut fast_mm = Vec::new();
+        let mut fast_gu = Vec::new();
+        for &ty in plan::FAST {
+            let id = ty.id();
+            fast_mm.push((id as i32, f(&format!("mmv_fast_{id}"))?));
+            fast_gu.push((id as i32, f(&format!("gate_up_fast_{id}"))?));
+        }
         let k = Kernels {
             matmul,
             gate_up,
@@ -474,11 +530,18 @@ impl CudaBackend {
             kv_gather: f("kv_gather")?,
             attention: f("attention")?,
             dequant_rows: f("dequant_rows")?,
+            fast_mm,
+            fast_gu,
+            quantize_q8: f("quantize_q8_32")?,
+            q8_values: f("q8_values")?,
         };
         // The tensor-core path needs cuBLAS; without it (or when deterministic) every matmul
         // uses the kernels above.
         // SAFETY: only tries to open the shared library by name.
-        let gemm = if opts.deterministic || !unsafe { cudarc::cublas::sys::is_culib_present() } {
+        let gemm = if opts.deterministic
+            || numerics == Numerics::Exact
+            || !unsafe { cudarc::cublas::sys::is_culib_present() }
+        {
             None
         } else {
             let blas = cudarc::cublas::CudaBlas::new(stream.clone())
@@ -497,10 +560,10 @@ impl CudaBackend {
                 scratch: RefCell::new(None),
             })
         };
-        let base_name = if opts.deterministic {
-            "cuda-det"
-        } else {
-            "cuda"
+        let base_name = match (numerics, opts.deterministic) {
+            (Numerics::Exact, _) => "cuda-exact",
+            (Numerics::Fast, true) => "cuda-det",
+            (Numerics::Fast, false) => "cuda",
         };
         Ok(CudaBackend {
             ctx,
@@ -512,6 +575,10 @@ impl CudaBackend {
                 Some((f, _)) => format!("{base_name}[{f}]"),
                 None => base_name.into(),
             },
+            numerics,
+            q8: RefCell::new(None),
+            q8_of: std::cell::Cell::new(None),
+            next_id: std::cell::Cell::new(0),
             kernel_origin,
             steps: RefCell::new(Steps {
                 enabled: std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
@@ -615,11 +682,14 @@ impl CudaBackend {
             Some(store) => store.pool.clone(),
             None => self.pool.clone(),
         };
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
         CudaTensor {
             buf: Some(buf),
             rows,
             cols,
             pool,
+            id,
         }
     }
 
@@ -840,6 +910,19 @@ impl CudaBackend {
         }
     }
 
+    /// Drops every recorded and captured step (a buffer they point into is being replaced).
+    /// Inside a capture the capture is abandoned instead: the step then reruns eagerly.
+    fn drop_step_graphs(&self, why: &str) {
+        let mut st = self.steps.borrow_mut();
+        if st.mode == Mode::Capture {
+            st.broken = Some(format!("{why}: a shared buffer grew during a capture"));
+            st.leaked = true;
+            return;
+        }
+        st.graphs.clear();
+        st.recorded.clear();
+    }
+
     /// Device pointer of a cache (a step graph's kernels write that cache).
     fn cache_id(&self, cache: &CudaKvCache) -> u64 {
         let (p, _sync) = cache.k.device_ptr(&self.stream);
@@ -924,6 +1007,201 @@ impl CudaBackend {
             .unwrap_or_else(|e| device_failure(what, e));
         v.truncate(n);
         v
+    }
+
+    /// The numerics mode this backend was opened with.
+    pub fn numerics(&self) -> Numerics {
+        self.numerics
+    }
+
+    /// Fast numerics: quantizes `x` (`n x k`, k a multiple of 32: every quantized type's rows
+    /// are whole blocks of 32 or 256) into the scratch buffer, `n * k` int8 values then per 32
+    /// values `{f32 d, i32 sum}`. The buffer is reused by every matmul: everything runs in
+    /// order on one stream, so the next quantization is queued after the kernels that read it.
+    /// When it already holds `x` (q, k and v read one tensor), nothing is launched.
+    fn quantize_q8(&self, x: &CudaTensor) {
+        if self.q8_of.get() == Some(x.id) {
+            return;
+        }
+        let (n, k) = (x.rows, x.cols);
+        assert!(
+            k.is_multiple_of(32),
+            "quant8 activations: rows of {k} values"
+        );
+        let bytes = plan::q8_bytes(n, k);
+        let mut q8 = self.q8.borrow_mut();
+        if q8.as_ref().is_none_or(|b| b.len() < bytes) {
+            // Step graphs point at the old buffer: they are dropped with it. (A capture never
+            // gets here: its recording already grew the buffer to this step's size.)
+            self.drop_step_graphs("quantize_q8");
+            *q8 = Some(self.alloc::<u8>("quantize_q8", bytes.max(1).next_power_of_two()));
+        }
+        self.q8_of.set(None);
+        let Some(buf) = q8.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let nblk = n * k / 32;
+        if nblk == 0 {
+            return;
+        }
+        let (mut q, mut d) = buf.split_at_mut(n * k);
+        let nb = nblk as i32;
+        let mut b = self.stream.launch_builder(&self.k.quantize_q8);
+        b.arg(x.buf()).arg(&mut q).arg(&mut d).arg(&nb);
+        let cfg = LaunchConfig {
+            // One warp per 32-value block, 8 per block of threads.
+            grid_dim: (nblk.div_ceil(8) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: x holds n * k floats; q has n * k bytes, d the rest of a buffer of
+        // q8_bytes(n, k) (8 bytes per block, 8-aligned since n * k is a multiple of 32).
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("quantize_q8", e));
+        self.q8_of.set(Some(x.id));
+    }
+
+    /// `matmul` in fast numerics, for a quantized weight type.
+    fn matmul_fast(&self, x: &CudaTensor, w: &CudaWeight) -> CudaTensor {
+        let (n, k, m) = (x.rows, x.cols, w.rows);
+        let mut out = self.alloc_f32("matmul", n * m);
+        if n == 0 || m == 0 {
+            return self.tensor("matmul", out, n, m);
+        }
+        self.quantize_q8(x);
+        let q8 = self.q8.borrow();
+        let Some(buf) = q8.as_ref() else {
+            unreachable!("quantize_q8 allocates it")
+        };
+        let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
+        let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+        if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
+            let (gx, gy) = plan::fast_grid(n, m);
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&w.data)
+                .arg(&qv)
+                .arg(&dv)
+                .arg(&mut out)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::FAST_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: the weight is m rows of k encoded values (16-byte aligned rows for the
+            // K-quants: whole blocks of 144 / 176 bytes from a 256-aligned allocation); the
+            // quantized activations n x k with their block table; out n x m.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
+            drop(q8);
+            return self.tensor("matmul", out, n, m);
+        }
+        // A quantized type without a fast kernel: the exact kernel on the quantized values.
+        let mut xv = self.alloc_f32("matmul", n * k);
+        let nv = (n * k) as i32;
+        let mut b = self.stream.launch_builder(&self.k.q8_values);
+        b.arg(&qv).arg(&dv).arg(&mut xv).arg(&nv);
+        // SAFETY: n * k quants and their block table in, n * k floats out.
+        unsafe { b.launch(self.elementwise("matmul", n * k)) }
+            .unwrap_or_else(|e| device_failure("matmul", e));
+        drop(q8);
+        let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
+            unreachable!("load_weight admits only types with kernels")
+        };
+        let (gx, gy) = plan::matmul_grid(n, m);
+        let mut b = self.stream.launch_builder(if n == 1 { t1 } else { t8 });
+        b.arg(&w.data)
+            .arg(&xv)
+            .arg(&mut out)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&mi);
+        let cfg = LaunchConfig {
+            grid_dim: (gx, gy, 1),
+            block_dim: (plan::MATMUL_THREADS, 1, 1),
+            shared_mem_bytes: plan::MATMUL_SMEM_BYTES,
+        };
+        // SAFETY: xv is n x k, the weight m rows of k encoded values, out n x m.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
+        if let Ok(mut p) = self.pool.lock() {
+            p.give(xv);
+        }
+        self.tensor("matmul", out, n, m)
+    }
+
+    /// `gate_up_act` in fast numerics: one kernel when both weights have one type with a fast
+    /// kernel and one shape (each value bitwise the separate fast `matmul`s and `act_mul`:
+    /// the same per-row operations), else the separate ops.
+    fn gate_up_fast(
+        &self,
+        x: &CudaTensor,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        act: Activation,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        let fused = self
+            .k
+            .fast_gu
+            .iter()
+            .find(|(id, _)| *id == gate.desc.id)
+            .filter(|_| gate.desc == up.desc && gate.rows == up.rows && gate.cols == up.cols);
+        let Some((_, f)) = fused else {
+            let g = self.matmul(x, gate);
+            let u = self.matmul(x, up);
+            let a = self.act_mul(&g, &u, act);
+            return (g, u, a);
+        };
+        assert_eq!(
+            x.cols, gate.cols,
+            "gate_up_act: x has {} columns, weight rows have {}",
+            x.cols, gate.cols
+        );
+        let (n, k, m) = (x.rows, x.cols, gate.rows);
+        let mut g = self.alloc_f32("gate_up_act", n * m);
+        let mut u = self.alloc_f32("gate_up_act", n * m);
+        let mut a = self.alloc_f32("gate_up_act", n * m);
+        if n > 0 && m > 0 {
+            self.quantize_q8(x);
+            let q8 = self.q8.borrow();
+            let Some(buf) = q8.as_ref() else {
+                unreachable!("quantize_q8 allocates it")
+            };
+            let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
+            let (gx, gy) = plan::fast_grid(n, m);
+            let (ni, ki, mi) = (n as i32, k as i32, m as i32);
+            let ai: i32 = match act {
+                Activation::Silu => 0,
+                Activation::GeluTanh => 1,
+            };
+            // act_mul's constant, computed by the same host expression.
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let mut b = self.stream.launch_builder(f);
+            b.arg(&gate.data)
+                .arg(&up.data)
+                .arg(&qv)
+                .arg(&dv)
+                .arg(&mut g)
+                .arg(&mut u)
+                .arg(&mut a)
+                .arg(&ni)
+                .arg(&ki)
+                .arg(&mi)
+                .arg(&ai)
+                .arg(&c);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::FAST_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: both weights m rows of k encoded values (checked equal); the quantized
+            // activations n x k with their block table; the three outputs n x m.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("gate_up_act", e));
+        }
+        (
+            self.tensor("gate_up_act", g, n, m),
+            self.tensor("gate_up_act", u, n, m),
+            self.tensor("gate_up_act", a, n, m),
+        )
     }
 }
 
@@ -1228,11 +1506,16 @@ impl Backend for CudaBackend {
             x.cols, w.cols
         );
         let (n, k, m) = (x.rows, x.cols, w.rows);
-        let mut out = self.alloc_f32("matmul", n * m);
+        // Long steps (prefill) on the tensor cores, unless deterministic.
         if let Some(g) = self.gemm.as_ref().filter(|_| n >= GEMM_MIN_ROWS && m > 0) {
+            let mut out = self.alloc_f32("matmul", n * m);
             self.matmul_gemm(g, x, w, &mut out);
             return self.tensor("matmul", out, n, m);
         }
+        if self.numerics == Numerics::Fast && plan::fast_quantizes(w.desc.id) {
+            return self.matmul_fast(x, w);
+        }
+        let mut out = self.alloc_f32("matmul", n * m);
         if n > 0 && m > 0 {
             let (gx, gy) = plan::matmul_grid(n, m);
             let Some((_, t1, t8)) = self.k.matmul.iter().find(|(id, _, _)| *id == w.desc.id) else {
@@ -1268,6 +1551,12 @@ impl Backend for CudaBackend {
         up: &CudaWeight,
         act: Activation,
     ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        if self.numerics == Numerics::Fast
+            && plan::fast_quantizes(gate.desc.id)
+            && (self.gemm.is_none() || x.rows < GEMM_MIN_ROWS)
+        {
+            return self.gate_up_fast(x, gate, up, act);
+        }
         let fused = self
             .k
             .gate_up
@@ -1759,6 +2048,23 @@ mod tests {
                 "{ty}: no decoder case"
             );
         }
+        for &ty in plan::FAST {
+            for name in ["mmv_fast", "gate_up_fast"] {
+                assert!(
+                    KERNEL_SOURCE.contains(&format!("FAST_FOR({})", ty.id())),
+                    "{name} {ty}"
+                );
+            }
+        }
+        for name in ["quantize_q8_32", "q8_values"] {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("__global__ void {name}(")),
+                "{name}"
+            );
+        }
+        // The fast kernels' geometry: one warp per row, tiles of FAST_TILE rows.
+        assert!(KERNEL_SOURCE.contains("int nt = min(8, n - t0)"));
+        assert_eq!(plan::FAST_TILE, 8);
         // The shared-memory layout the host sizes is the kernel's.
         assert!(KERNEL_SOURCE.contains("#define SEG_BYTES 1024"));
         assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));

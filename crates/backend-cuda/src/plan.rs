@@ -71,6 +71,47 @@ pub fn gate_up_grid(n: usize, m: usize) -> (u32, u32) {
     (x.max(1), tiles.min(64))
 }
 
+/// Weight types with a fast (quant8, `__dp4a`) kernel, `mmv_fast_<id>` / `gate_up_fast_<id>`.
+/// The other quantized types (Q2_K, Q3_K, IQ4_NL, IQ4_XS) run the exact kernel on the
+/// quantized activations' values in fast mode; F32/F16/BF16 are not quantized (quant8 keeps
+/// float weights' activations in f32) and run the exact kernel on x.
+pub const FAST: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Whether fast numerics quantize the activations of a matmul against a weight of type `id`.
+pub fn fast_quantizes(id: i32) -> bool {
+    ![GgmlType::F32, GgmlType::F16, GgmlType::Bf16]
+        .iter()
+        .any(|t| t.id() as i32 == id)
+}
+
+/// Threads per block of the fast kernels: one warp per weight row.
+pub const FAST_THREADS: u32 = 128;
+/// Activation rows per tile of the fast kernels (a block loops over tiles strided by grid.y).
+pub const FAST_TILE: usize = 8;
+
+/// Grid of a fast matmul (or fused gate/up: one warp per row of each weight) of `n` activation
+/// rows against `m` weight rows. The grid never changes a row's arithmetic.
+pub fn fast_grid(n: usize, m: usize) -> (u32, u32) {
+    let x = (m as u32).div_ceil(FAST_THREADS / 32);
+    let tiles = n.div_ceil(FAST_TILE).max(1) as u32;
+    (x.max(1), tiles.min(64))
+}
+
+/// Bytes of the quantized activations of `n` rows of `k` (k a multiple of 32): `n * k` int8
+/// values, then per 32 values an 8-byte `{f32 d, i32 sum}` (`Q8Blk` in kernels.cu).
+pub fn q8_bytes(n: usize, k: usize) -> usize {
+    n * k + n * (k / 32) * 8
+}
+
 /// Blocks of `threads` covering `n` elements.
 pub fn blocks_for(n: usize, threads: u32) -> u32 {
     (n as u32).div_ceil(threads).max(1)
@@ -305,5 +346,35 @@ mod tests {
         assert_eq!(t[5], 7f64.sin());
         assert_eq!(t[6], (7.0 * f1).cos());
         assert_eq!(t[7], (7.0 * f1).sin());
+    }
+
+    #[test]
+    fn fast_geometry_covers_every_row_and_tile() {
+        for (n, m) in [(1, 1), (1, 4096), (7, 576), (512, 14336), (9, 5)] {
+            let (x, y) = fast_grid(n, m);
+            // One warp per row, FAST_THREADS / 32 rows per block.
+            assert!(x as usize * (FAST_THREADS as usize / 32) >= m, "{n} x {m}");
+            assert!((1..=64).contains(&y));
+            assert!(y as usize <= n.div_ceil(FAST_TILE).max(1));
+        }
+        // 4096 rows: 1024 blocks of 4 warps, several per SM on 132 SMs.
+        assert_eq!(fast_grid(1, 4096), (1024, 1));
+        // Quants then 8-byte block records, the records 8-aligned.
+        assert_eq!(q8_bytes(2, 64), 128 + 4 * 8);
+        assert_eq!(q8_bytes(3, 96) % 8, 0);
+        assert!(FAST.iter().all(|t| fast_quantizes(t.id() as i32)));
+        for t in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
+            assert!(!fast_quantizes(t.id() as i32), "{t}");
+        }
+        for t in [
+            GgmlType::Q2K,
+            GgmlType::Q3K,
+            GgmlType::Iq4Nl,
+            GgmlType::Iq4Xs,
+        ] {
+            assert!(fast_quantizes(t.id() as i32) && !FAST.contains(&t), "{t}");
+        }
+        // Every fast type is a supported type.
+        assert!(FAST.iter().all(|t| SUPPORTED.contains(t)));
     }
 }

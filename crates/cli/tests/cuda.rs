@@ -1,6 +1,7 @@
 //! `--backend cuda` end to end: on a machine without a CUDA driver (CI) every command that
-//! takes a backend fails with a clear message; with a driver and a GPU, the CUDA backend agrees
-//! with the reference bit for bit on a tiny model.
+//! takes a backend fails with a clear message; with a driver and a GPU, `cuda-exact` agrees
+//! with the reference bit for bit on a tiny model and `cuda` (fast numerics) passes the
+//! isolated per-op check.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -28,13 +29,28 @@ fn cuda_backend_fails_clearly_without_a_driver_and_agrees_with_it() {
             "--a",
             "ref",
             "--b",
-            "cuda",
+            "cuda-exact",
             "--ids",
             "1,2,3",
             "--decode",
             "2",
             "--profile",
             "exact",
+        ],
+        // Fast numerics (quant8): every op inside its isolated bound.
+        vec![
+            "diff",
+            "-m",
+            m,
+            "--a",
+            "ref",
+            "--b",
+            "cuda",
+            "--ids",
+            "1,2,3",
+            "--decode",
+            "2",
+            "--isolate",
         ],
         vec![
             "trace",

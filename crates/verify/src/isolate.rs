@@ -71,16 +71,16 @@ impl Arithmetic {
         }
     }
 
-    /// What a backend (as named in a trace) declares: `ref` and `cuda-det` (whose kernels keep
-    /// the reference's operation order) the reference's operations, `cpu` 8-bit activations
-    /// and an f16 cache; `cuda`, whose long prefills multiply on the tensor cores in TF32
-    /// (inputs rounded to 11 bits), is held to the 8-bit bound, which is looser; anything
+    /// What a backend (as named in a trace) declares: `ref` and `cuda-exact` (whose kernels
+    /// keep the reference's operation order) the reference's operations, `cpu` 8-bit
+    /// activations and an f16 cache, `cuda` and `cuda-det` (fast numerics) 8-bit activations
+    /// for their quantized matmuls (the cache is f32, inside the f16 cache's bound; see
+    /// [`kv_cache_f16`]; `cuda`'s long prefills run in TF32, [`tensor_core_rows`]), anything
     /// else f32.
     pub fn for_backend(name: &str) -> Arithmetic {
         match name.split('[').next().unwrap_or(name) {
-            "cuda" => Arithmetic::Quant8,
-            "ref" | "cuda-det" | "cuda-exact" => Arithmetic::Exact,
-            "cpu" => Arithmetic::Quant8,
+            "ref" | "cuda-exact" => Arithmetic::Exact,
+            "cpu" | "cuda" | "cuda-det" => Arithmetic::Quant8,
             _ => Arithmetic::Float,
         }
     }
@@ -1288,6 +1288,18 @@ impl Isolator {
     }
 }
 
+/// Whether B, declaring `arith`, stores its KV cache as f16: quant8 says so (the cpu backend),
+/// except for cuda's fast numerics, whose quant8 covers the matmuls and whose cache is f32.
+/// (An f32 cache is inside every f16 bound; the op harness needs to know which values the
+/// cache holds to feed the reference the same ones.)
+pub fn kv_cache_f16(arith: Arithmetic, backend: &str) -> bool {
+    arith == Arithmetic::Quant8
+        && !matches!(
+            backend.split('[').next().unwrap_or(backend),
+            "cuda" | "cuda-det"
+        )
+}
+
 /// Whether B quantizes the activations of a matmul against a weight of type `ty`.
 pub fn quantizes(arith: Arithmetic, ty: GgmlType) -> bool {
     arith == Arithmetic::Quant8 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16)
@@ -1660,5 +1672,44 @@ mod tf32_tests {
         );
         assert_eq!(tensor_core_rows("cuda-det"), None);
         assert_eq!(tensor_core_rows("cpu"), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backends_declare_their_arithmetic() {
+        assert_eq!(Arithmetic::for_backend("ref"), Arithmetic::Exact);
+        assert_eq!(Arithmetic::for_backend("cuda-exact"), Arithmetic::Exact);
+        assert_eq!(
+            Arithmetic::for_backend("cuda-exact[q4k-wrong-scale]"),
+            Arithmetic::Exact
+        );
+        assert_eq!(Arithmetic::for_backend("cpu"), Arithmetic::Quant8);
+        assert_eq!(Arithmetic::for_backend("cuda"), Arithmetic::Quant8);
+        assert_eq!(
+            Arithmetic::for_backend("cuda[kv-skip-prefill]"),
+            Arithmetic::Quant8
+        );
+        assert_eq!(Arithmetic::for_backend("llama.cpp"), Arithmetic::Float);
+        // The cpu's quant8 keeps an f16 cache; cuda's fast numerics an f32 one.
+        assert!(kv_cache_f16(Arithmetic::Quant8, "cpu"));
+        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda"));
+        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda[wrong-kv-head]"));
+        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda-det"));
+        assert!(!kv_cache_f16(Arithmetic::Exact, "cpu"));
+        assert!(crate::check::bitwise_invariances("cuda").len() > 1);
+        assert_eq!(
+            crate::check::bitwise_invariances("cuda-exact"),
+            crate::check::bitwise_invariances("ref")
+        );
+        use crate::tolerance::Profile;
+        assert_eq!(Profile::for_backends("ref", "cuda"), Profile::Quant);
+        assert_eq!(Profile::for_backends("ref", "cuda-det"), Profile::Quant);
+        assert_eq!(Arithmetic::for_backend("cuda-det"), Arithmetic::Quant8);
+        assert_eq!(Profile::for_backends("ref", "cuda-exact"), Profile::Float);
+        assert_eq!(Profile::for_backends("ref", "cpu"), Profile::Quant);
     }
 }

@@ -25,8 +25,8 @@ use serde::Serialize;
 
 use crate::diff::fmt_e;
 use crate::isolate::{
-    act_bound, attention_error_bounds, column_squares, kv_f16_bound, matmul_bound, norm_bound,
-    quantize_q8_f32, quantizes, rope_bound, rounding_bound, Arithmetic, AttnGeom,
+    act_bound, attention_error_bounds, column_squares, kv_cache_f16, kv_f16_bound, matmul_bound,
+    norm_bound, quantize_q8_f32, quantizes, rope_bound, rounding_bound, Arithmetic, AttnGeom,
 };
 use crate::metrics::{compare, Metrics};
 use crate::taps::TapFilter;
@@ -849,7 +849,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     h.elementwise_cases();
     h.rope_cases();
     {
-        let kv_f16 = arith == Arithmetic::Quant8;
+        let kv_f16 = kv_cache_f16(arith, name);
         let cases: [AttnCase<'static>; 6] = [
             AttnCase {
                 label: "MHA prefill",

@@ -55,6 +55,7 @@ impl Profile {
             .iter()
             .any(|s| matches!(*s, "cpu" | "cuda" | "cuda-det"))
         {
+            // 8-bit activations (cpu; cuda's fast numerics, its TF32 prefill).
             Profile::Quant
         } else {
             Profile::Float

@@ -29,7 +29,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
     /// Compute backend.
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda", "cuda-exact"])]
     pub backend: String,
     /// Prompt tokens of the pp test (0 = skip).
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
@@ -183,10 +183,10 @@ pub fn bench(args: BenchArgs) -> Result<()> {
             run(&args, &path, b, threads, |_: &CpuBackend| None)
         }
         #[cfg(feature = "cuda")]
-        "cuda" => {
-            let b = super::trace::cuda_backend()?;
+        name @ ("cuda" | "cuda-exact") => {
+            let b = super::trace::cuda_backend(name)?;
             eprintln!(
-                "cuda: {} (kernels from {})",
+                "{name}: {} (kernels from {})",
                 b.device_name(),
                 b.kernel_origin
             );

@@ -94,14 +94,14 @@ pub fn run(args: CheckArgs) -> Result<i32> {
                 Ok(Box::new(Engine::new(b, model, cfg)?))
             }
             #[cfg(feature = "cuda")]
-            "cuda" => {
+            "cuda" | "cuda-exact" => {
                 // One GPU: the thread-count variant has no meaning there and runs as the default.
-                let b = super::trace::cuda_backend().map_err(|e| err(format!("{e:#}")))?;
+                let b = super::trace::cuda_backend(&backend).map_err(|e| err(format!("{e:#}")))?;
                 let model = Model::load(file, &b).map_err(|e| err(e.to_string()))?;
                 Ok(Box::new(Engine::new(b, model, cfg)?))
             }
             other => Err(err(format!(
-                "check runs on `ref`, `cpu` or `cuda`, not `{other}`"
+                "check runs on `ref`, `cpu`, `cuda` or `cuda-exact`, not `{other}`"
             ))),
         }
     };
@@ -182,16 +182,16 @@ fn run_ops(args: &CheckArgs) -> Result<i32> {
             Arithmetic::Quant8,
             &args.filter,
         ),
-        // The CUDA kernels keep the reference's operation order (bitwise, `--profile exact`):
-        // they are held to the reference's exact arithmetic.
+        // `cuda-exact` keeps the reference's operation order (bitwise): held to the exact
+        // arithmetic; `cuda` (fast numerics) declares quant8 for its matmuls (f32 KV cache).
         #[cfg(feature = "cuda")]
-        "cuda" => check_ops(
-            &super::trace::cuda_backend()?,
-            "cuda",
-            Arithmetic::Exact,
-            &args.filter,
-        ),
-        other => anyhow::bail!("check --ops runs on `ref`, `cpu` or `cuda`, not `{other}`"),
+        name @ ("cuda" | "cuda-exact") => {
+            let b = super::trace::cuda_backend(name)?;
+            check_ops(&b, name, Arithmetic::for_backend(name), &args.filter)
+        }
+        other => {
+            anyhow::bail!("check --ops runs on `ref`, `cpu`, `cuda` or `cuda-exact`, not `{other}`")
+        }
     };
     if report.cases.is_empty() {
         anyhow::bail!("no op matches the filter `{}`", args.filter);

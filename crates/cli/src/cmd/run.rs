@@ -22,8 +22,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
     /// Compute backend: `cpu` (quantized kernels, the default), `ref` (the reference) or
-    /// `cuda` (an NVIDIA GPU).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
+    /// `cuda` (an NVIDIA GPU; `cuda-exact`: its kernels bitwise the reference's).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda", "cuda-exact"])]
     pub backend: String,
     /// Context length (tokens).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
@@ -142,8 +142,8 @@ macro_rules! with_session {
                 $body
             }
             #[cfg(feature = "cuda")]
-            "cuda" => {
-                let mut $s = load_session(&$args, super::trace::cuda_backend()?)?;
+            name @ ("cuda" | "cuda-exact") => {
+                let mut $s = load_session(&$args, super::trace::cuda_backend(name)?)?;
                 $body
             }
             other => bail!("unknown backend `{other}`"),

@@ -26,9 +26,10 @@ pub struct ServeArgs {
     /// The model name clients must send (default: the -m argument).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Compute backend: `cpu` (quantized kernels), `ref` (the reference) or `cuda` (an NVIDIA
-    /// GPU; batch-invariant bit for bit like the other two).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda"])]
+    /// Compute backend: `cpu` (quantized kernels), `ref` (the reference), `cuda` (an NVIDIA
+    /// GPU, quant8 numerics) or `cuda-exact` (the GPU, bitwise the reference); all
+    /// batch-invariant bit for bit.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "ref", "cuda", "cuda-exact"])]
     pub backend: String,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
@@ -158,13 +159,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
         "ref" => start_on!(RefBackend::new()),
         #[cfg(feature = "cuda")]
-        "cuda" => {
+        name @ ("cuda" | "cuda-exact") => {
             // Fail here, with the driver's message, rather than inside the engine thread.
             // Continuous batching changes every step's batch: only batch-invariant kernels
             // keep each request's tokens independent of the others.
             super::trace::set_cuda_deterministic(true);
-            drop(super::trace::cuda_backend()?);
-            start_on!(super::trace::cuda_backend()?)
+            drop(super::trace::cuda_backend(name)?);
+            let name = name.to_string();
+            start_on!(super::trace::cuda_backend(&name)?)
         }
         other => bail!("unknown or unavailable backend `{other}`"),
     };

@@ -16,7 +16,8 @@ use lockstep_tokenizer::Tokenizer;
 use lockstep_verify::{parse_ids, record, AnyEngine, MaskMode, RunSpec, TapFilter, TraceMeta};
 
 /// The backends `--backend`, `--a` and `--b` accept.
-pub const BACKENDS: &[&str] = &["ref", "cpu", "cuda"];
+/// `cuda` is the CUDA backend's fast numerics (quant8), `cuda-exact` its bitwise twin of `ref`.
+pub const BACKENDS: &[&str] = &["ref", "cpu", "cuda", "cuda-exact"];
 
 /// Model options of the verification commands.
 #[derive(Args, Debug, Clone)]
@@ -127,7 +128,7 @@ pub fn open_engine(
     match name {
         "ref" => boxed(RefBackend::new(), file, cfg),
         "cpu" => boxed(cpu_backend(inject, None)?, file, cfg),
-        "cuda" => boxed(cuda_backend()?, file, cfg),
+        "cuda" | "cuda-exact" => boxed(cuda_backend(name)?, file, cfg),
         other => bail!("unknown backend `{other}` (known: {})", BACKENDS.join(", ")),
     }
 }
@@ -168,15 +169,21 @@ pub fn cpu_backend(
     ))
 }
 
-/// The CUDA backend on GPU 0; a clear error without a driver or in builds without the `cuda`
-/// feature.
+/// The CUDA backend on GPU 0 by name: `cuda` (fast numerics, quant8) or `cuda-exact` (the
+/// reference's operations, bitwise); a clear error without a driver or in builds without the
+/// `cuda` feature.
 #[cfg(feature = "cuda")]
-pub fn cuda_backend() -> Result<lockstep_backend_cuda::CudaBackend> {
-    Ok(lockstep_backend_cuda::CudaBackend::with_options(
-        lockstep_backend_cuda::CudaOptions {
-            deterministic: CUDA_DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed),
-        },
-    )?)
+pub fn cuda_backend(name: &str) -> Result<lockstep_backend_cuda::CudaBackend> {
+    use lockstep_backend_cuda::{CudaBackend, CudaOptions, Numerics};
+    let numerics = match name {
+        "cuda" => Numerics::Fast,
+        "cuda-exact" => Numerics::Exact,
+        other => bail!("`{other}` is not a CUDA backend (cuda, cuda-exact)"),
+    };
+    Ok(CudaBackend::with_options(CudaOptions {
+        numerics,
+        deterministic: CUDA_DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed),
+    })?)
 }
 
 // The isolated pass knows which steps the cuda backend multiplies on the tensor cores.
@@ -193,7 +200,7 @@ pub fn set_cuda_deterministic(on: bool) {
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn cuda_backend() -> Result<std::convert::Infallible> {
+pub fn cuda_backend(_name: &str) -> Result<std::convert::Infallible> {
     bail!("this lockstep was built without the CUDA backend (build with `--features cuda`)")
 }
 
