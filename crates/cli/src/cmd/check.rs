@@ -108,7 +108,7 @@ pub fn run(args: CheckArgs) -> Result<i32> {
     let t0 = std::time::Instant::now();
     let results = run_tap_checks(
         &mut open,
-        &backend,
+        &super::trace::reported_backend_name(&backend),
         base,
         &prompts,
         args.tolerance,

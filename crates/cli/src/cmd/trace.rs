@@ -195,6 +195,16 @@ const _: () =
 static CUDA_DETERMINISTIC: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
+/// The name backend `name` reports (and is judged by): `cuda` under `--deterministic` is
+/// `cuda-det`.
+pub fn reported_backend_name(name: &str) -> String {
+    if name == "cuda" && CUDA_DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed) {
+        "cuda-det".into()
+    } else {
+        name.into()
+    }
+}
+
 pub fn set_cuda_deterministic(on: bool) {
     CUDA_DETERMINISTIC.store(on, std::sync::atomic::Ordering::Relaxed);
 }
