@@ -575,6 +575,10 @@ extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* ou
 
 // Per query row: [slots offset, n_kv, position, score offset, mask offset or -1].
 #define ROW_INFO 5
+// Keys staged in shared memory at a time by the attention's weighted sum, and the most output
+// elements one of its 128 threads holds (head_dim <= 512; the host checks).
+#define ATT_CHUNK 512
+#define ATT_MAX_D 4
 
 // One block per (query row, head). Scores (f32, as the reference's `dot * scale`, -inf where
 // masked) go to `scores`; exp(s - max) (f64) to `exps`; probabilities (f64) to `probs`; the
@@ -635,42 +639,64 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
         exps[off + j] = s == __int_as_float(0xff800000) ? 0.0 : exp((double)s - (double)maxv);
     }
     __syncthreads();
+    // Keys outside [lo, hi] (after the row's position, or before its window) have a zero
+    // exp: the sums below skip them, which changes nothing (adding +0.0, or skipping a zero
+    // exp as the reference does) and halves a causal prefill's work.
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int hi = min(pos, n_kv - 1);
     // The reference sums in key order; one thread does the same.
     if (threadIdx.x == 0) {
         double sum = 0.0;
-        for (int j = 0; j < n_kv; j++) sum += exps[off + j];
+        for (int j = lo; j <= hi; j++) sum += exps[off + j];
         sum_sh = sum;
     }
     __syncthreads();
     double sum = sum_sh;
     for (int j = threadIdx.x; j < n_kv; j += blockDim.x) probs[off + j] = exps[off + j] / sum;
     __syncthreads();
-    // Eight keys' slots, probabilities and values are loaded before they are summed (in key
-    // order), so the loads overlap; a zero exp is skipped as the reference skips it.
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        double acc = 0.0;
-        const float* vb = vc + (size_t)kh * head_dim + d;
-        int j = 0;
-        for (; j + 8 <= n_kv; j += 8) {
-            double pv[8];
-            float vv[8];
-            bool zero[8];
+    // The weighted sum of V, in key order per output element. The keys' slots and
+    // probabilities are staged in shared memory a chunk at a time, so each V load depends only
+    // on a shared-memory read, not on two global ones; a zero exp is skipped as the reference
+    // skips it.
+    __shared__ unsigned s_slot[ATT_CHUNK];
+    __shared__ double s_prob[ATT_CHUNK];
+    __shared__ unsigned char s_zero[ATT_CHUNK];
+    double acc[ATT_MAX_D];
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                size_t sl = slots[soff + j + u];
-                zero[u] = exps[off + j + u] == 0.0;
-                pv[u] = probs[off + j + u];
-                vv[u] = vb[(base + sl) * kv_dim];
+    for (int i = 0; i < ATT_MAX_D; i++) acc[i] = 0.0;
+    for (int c0 = lo; c0 <= hi; c0 += ATT_CHUNK) {
+        int c1 = min(hi + 1, c0 + ATT_CHUNK);
+        __syncthreads();
+        for (int j = c0 + threadIdx.x; j < c1; j += blockDim.x) {
+            s_slot[j - c0] = slots[soff + j];
+            s_prob[j - c0] = probs[off + j];
+            s_zero[j - c0] = exps[off + j] == 0.0;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < ATT_MAX_D; i++) {
+            int d = threadIdx.x + i * blockDim.x;
+            if (d >= head_dim) break;
+            const float* vb = vc + (size_t)kh * head_dim + d;
+            double a = acc[i];
+            int j = c0;
+            for (; j + 8 <= c1; j += 8) {
+                float vv[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) vv[u] = vb[(base + s_slot[j + u - c0]) * kv_dim];
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (!s_zero[j + u - c0]) a += s_prob[j + u - c0] * (double)vv[u];
             }
+            for (; j < c1; j++)
+                if (!s_zero[j - c0]) a += s_prob[j - c0] * (double)vb[(base + s_slot[j - c0]) * kv_dim];
+            acc[i] = a;
+        }
+    }
 #pragma unroll
-            for (int u = 0; u < 8; u++)
-                if (!zero[u]) acc += pv[u] * (double)vv[u];
-        }
-        for (; j < n_kv; j++) {
-            if (exps[off + j] == 0.0) continue;
-            acc += probs[off + j] * (double)vb[(base + slots[soff + j]) * kv_dim];
-        }
-        out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc;
+    for (int i = 0; i < ATT_MAX_D; i++) {
+        int d = threadIdx.x + i * blockDim.x;
+        if (d < head_dim) out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc[i];
     }
 }
 

@@ -1883,6 +1883,11 @@ impl Backend for CudaBackend {
         let q_dim = p.n_heads * hd;
         let kv_dim = p.n_kv_heads * hd;
         let l = cache.layout;
+        if hd > 512 {
+            return Err(BackendError::Other(format!(
+                "cuda attention: heads of {hd} values (the kernel holds at most 512)"
+            )));
+        }
         if q.cols != q_dim
             || kv_dim != l.kv_dim
             || p.n_kv_heads == 0
@@ -2075,6 +2080,8 @@ mod tests {
                 "{name}"
             );
         }
+        // The attention kernel's 128 threads hold at most 4 output elements each.
+        assert!(KERNEL_SOURCE.contains("#define ATT_MAX_D 4"));
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
     }
