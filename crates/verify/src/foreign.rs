@@ -59,6 +59,9 @@ pub struct ForeignTrace {
     pub skipped: BTreeMap<String, String>,
     /// Taps two foreign tensors both mapped to in one step (the later name is kept).
     pub duplicates: Vec<String>,
+    /// The trace's `ggml_backend` metadata (llama.cpp traces: the ggml buffers the nodes were
+    /// computed in, `CPU` for ggml-cpu), which picks the isolated pass's arithmetic.
+    pub ggml_backend: Option<String>,
 }
 
 /// Reads a trace, applying `map` (or the map its metadata names) with `ctx`.
@@ -103,6 +106,7 @@ pub fn map_trace(
         Some(m) => Some(NameMap::load(m)?),
         None => None,
     };
+    let ggml_backend = raw.metadata.get("ggml_backend").cloned();
     let mut steps = raw.steps;
     let mut unmapped: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut skipped = BTreeMap::new();
@@ -154,6 +158,7 @@ pub fn map_trace(
         unmapped,
         skipped,
         duplicates,
+        ggml_backend,
     })
 }
 

@@ -849,7 +849,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     h.elementwise_cases();
     h.rope_cases();
     {
-        let kv_f16 = arith == Arithmetic::Quant8;
+        let kv_f16 = matches!(arith, Arithmetic::Quant8 | Arithmetic::GgmlCpu);
         let cases: [AttnCase<'static>; 6] = [
             AttnCase {
                 label: "MHA prefill",

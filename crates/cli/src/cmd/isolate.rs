@@ -14,7 +14,7 @@ pub fn arithmetic(flag: Option<&str>, backend_b: &str) -> Result<Arithmetic> {
         None => Ok(Arithmetic::for_backend(backend_b)),
         Some(s) => match Arithmetic::parse(s) {
             Some(a) => Ok(a),
-            None => bail!("unknown arithmetic `{s}` (exact, quant8, float)"),
+            None => bail!("unknown arithmetic `{s}` (exact, quant8, float, ggml-cpu)"),
         },
     }
 }
