@@ -152,7 +152,7 @@ pub fn block_mins(file: &GgufFile, name: &str) -> Option<Vec<f32>> {
         _ => return None,
     };
     let data = file.tensor_data(t);
-    if data.len() % bytes_per_block != 0 {
+    if !data.len().is_multiple_of(bytes_per_block) {
         return None;
     }
     Some(
@@ -168,7 +168,7 @@ pub fn block_mins(file: &GgufFile, name: &str) -> Option<Vec<f32>> {
 pub fn add_q8_1_term(y: &mut HostTensor, mins: &[f32], delta: &[f64]) {
     let n_out = y.cols().max(1);
     let rows = y.rows();
-    if rows == 0 || mins.len() % n_out != 0 || delta.len() % rows != 0 {
+    if rows == 0 || !mins.len().is_multiple_of(n_out) || !delta.len().is_multiple_of(rows) {
         return;
     }
     let nb = mins.len() / n_out;
