@@ -71,12 +71,41 @@ impl VecDot {
 pub struct Consumed {
     pub x: HostTensor,
     pub q8_1_delta: Option<Vec<f64>>,
+    /// Values whose scaled form `x * id` lies within [`TIE_BAND`] of a rounding boundary
+    /// (`k + 1/2`): (row, column, quantum). Another ggml build that forms `id` as `1 / d`
+    /// (ARM's NEON path) rather than `127 / amax`, or rounds ties away from zero (the
+    /// reference C path), may round these the other way, moving the value by one quantum.
+    pub ambiguous: Vec<Ambiguous>,
+}
+
+/// One activation value that another correct build may quantize one step the other way.
+#[derive(Clone, Copy, Debug)]
+pub struct Ambiguous {
+    pub row: usize,
+    pub col: usize,
+    /// The block's quantum (`f16(d)` or `d`).
+    pub quantum: f32,
+    /// Q8_1: one f16 ulp of the block's stored sum `s` (`2^-10 |s|`), by which `s` may then
+    /// round differently on top of the quantum; 0 otherwise.
+    pub s_ulp: f64,
+}
+
+/// Relative distance to a rounding boundary within which two correct implementations of the
+/// 8-bit quantization may disagree: `id` off by up to 3u between `127 / amax` and `1 / d`
+/// (two roundings against one), the product rounded (u) in each; 8u for margin.
+pub const TIE_BAND: f64 = 8.0 / 16_777_216.0;
+
+fn near_boundary(t: f32) -> bool {
+    let t = f64::from(t);
+    let frac = t - t.floor();
+    (frac - 0.5).abs() <= TIE_BAND * t.abs()
 }
 
 /// Converts `x` (`[rows, k]`) as ggml-cpu does for a weight whose `vec_dot_type` is `vd`.
 pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
     let k = x.cols().max(1);
     let mut delta = Vec::new();
+    let mut ambiguous = Vec::new();
     let data: Vec<f32> = match vd {
         VecDot::F32 => x.data.clone(),
         VecDot::F16 => x
@@ -91,14 +120,23 @@ pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
             .collect(),
         VecDot::Q8_0 | VecDot::Q8_1 => {
             let mut out = Vec::with_capacity(x.data.len());
-            for row in x.data.chunks(k) {
-                for blk in row.chunks(32) {
+            for (r, row) in x.data.chunks(k).enumerate() {
+                for (b, blk) in row.chunks(32).enumerate() {
                     let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
                     let d = amax / 127.0;
                     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                     let d16 = fp16_to_f32(f32_to_fp16(d));
                     let mut sum_q = 0i32;
-                    for &v in blk {
+                    let first_amb = ambiguous.len();
+                    for (i, &v) in blk.iter().enumerate() {
+                        if near_boundary(v * id) {
+                            ambiguous.push(Ambiguous {
+                                row: r,
+                                col: b * 32 + i,
+                                quantum: d16,
+                                s_ulp: 0.0,
+                            });
+                        }
                         let q = (v * id).round_ties_even().clamp(-128.0, 127.0);
                         let q = if q.is_nan() { 0.0 } else { q };
                         sum_q += q as i32;
@@ -107,6 +145,10 @@ pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
                     if vd == VecDot::Q8_1 {
                         let s = fp16_to_f32(f32_to_fp16(d * sum_q as f32));
                         delta.push(f64::from(s) - f64::from(d16) * f64::from(sum_q));
+                        let s_ulp = f64::from(s.abs()).max(f64::from(d16)) / 1024.0;
+                        for a in &mut ambiguous[first_amb..] {
+                            a.s_ulp = s_ulp;
+                        }
                     }
                 }
             }
@@ -114,8 +156,8 @@ pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
         }
         VecDot::Q8K => {
             let mut out = Vec::with_capacity(x.data.len());
-            for row in x.data.chunks(k) {
-                for blk in row.chunks(256) {
+            for (r, row) in x.data.chunks(k).enumerate() {
+                for (b, blk) in row.chunks(256).enumerate() {
                     let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
                     if amax == 0.0 {
                         out.extend(std::iter::repeat_n(0.0, blk.len()));
@@ -123,6 +165,16 @@ pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
                     }
                     let iscale = 127.0 / amax;
                     let d = 1.0 / iscale;
+                    for (i, &v) in blk.iter().enumerate() {
+                        if near_boundary(v * iscale) {
+                            ambiguous.push(Ambiguous {
+                                row: r,
+                                col: b * 256 + i,
+                                quantum: d,
+                                s_ulp: 0.0,
+                            });
+                        }
+                    }
                     out.extend(blk.iter().map(|&v| {
                         let q = (v * iscale).round_ties_even().clamp(-127.0, 127.0);
                         if q.is_nan() {
@@ -139,7 +191,52 @@ pub fn consume(x: &HostTensor, vd: VecDot) -> Consumed {
     Consumed {
         x: HostTensor::new(x.shape.clone(), data),
         q8_1_delta: (vd == VecDot::Q8_1).then_some(delta),
+        ambiguous,
     }
+}
+
+/// The NMSE the [`Consumed::ambiguous`] values may add to `y = x W^T` (`col_sq` the weight's
+/// column sums of squares; `min_sq`, for Q4_1 / Q5_1, the sums over output rows of the
+/// squared block mins, per block): a value moved by one quantum `q_i` moves every output `j`
+/// by `q_i w_ji`, and for Q8_1 the block's stored sum `s` may round differently by one f16
+/// ulp, moving output `j` by `m_jb ulp(s)` more; `(a + b)^2 <= 2a^2 + 2b^2`, and with `m_r`
+/// such values in row `r` Cauchy-Schwarz bounds that row's squared output error by `m_r`
+/// times the sum of theirs.
+pub fn ambiguity_bound(
+    amb: &[Ambiguous],
+    col_sq: &[f64],
+    min_sq: Option<&[f64]>,
+    y_energy: f64,
+) -> f64 {
+    if amb.is_empty() || y_energy == 0.0 {
+        return 0.0;
+    }
+    let mut by_row: std::collections::BTreeMap<usize, (f64, f64)> = Default::default();
+    for a in amb {
+        let q = f64::from(a.quantum);
+        let c = col_sq.get(a.col).copied().unwrap_or(0.0);
+        let m = min_sq
+            .and_then(|m| m.get(a.col / 32))
+            .copied()
+            .unwrap_or(0.0);
+        let e = by_row.entry(a.row).or_insert((0.0, 0.0));
+        e.0 += 1.0;
+        e.1 += 2.0 * q * q * c + 2.0 * a.s_ulp * a.s_ulp * m;
+    }
+    by_row.values().map(|(m, s)| m * s).sum::<f64>() / y_energy
+}
+
+/// Per block column `b`, the sum over a weight's rows of its squared block mins
+/// (`mins` as [`block_mins`] gives them, `n_out` rows).
+pub fn min_squares(mins: &[f32], n_out: usize) -> Vec<f64> {
+    let nb = mins.len() / n_out.max(1);
+    let mut out = vec![0f64; nb];
+    for row in mins.chunks_exact(nb.max(1)) {
+        for (o, &m) in out.iter_mut().zip(row) {
+            *o += f64::from(m) * f64::from(m);
+        }
+    }
+    out
 }
 
 /// The f16 block mins (`m`) of a Q4_1 / Q5_1 weight, `[rows, cols / 32]`, read from the file;
@@ -318,6 +415,25 @@ mod tests {
         for (a, b) in x.data.iter().zip(&c.x.data) {
             assert!((a - b).abs() <= d * 0.5 + 1e-6, "{a} {b}");
         }
+    }
+
+    #[test]
+    fn values_on_a_rounding_boundary_are_ambiguous() {
+        // amax 127: id = 1, so 2.5 sits exactly on a tie and 2.4 far from one.
+        let mut v = vec![0.0f32; 32];
+        v[0] = 127.0;
+        v[1] = 2.5;
+        v[2] = 2.4;
+        let c = consume(&HostTensor::matrix(1, 32, v), VecDot::Q8_1);
+        let cols: Vec<usize> = c.ambiguous.iter().map(|a| a.col).collect();
+        assert_eq!(cols, [1]);
+        assert_eq!(c.x.data[1], 2.0 * c.ambiguous[0].quantum, "half to even");
+        assert!(c.ambiguous[0].s_ulp > 0.0);
+        // One such value in a row: the bound is 2 q^2 c_i (+ the s term) over sum y^2.
+        let col_sq = vec![1.0; 32];
+        let b = ambiguity_bound(&c.ambiguous, &col_sq, None, 1.0);
+        let q = f64::from(c.ambiguous[0].quantum);
+        assert_eq!(b, 2.0 * q * q);
     }
 
     #[test]

@@ -492,7 +492,7 @@ impl Isolator {
         wname: &str,
         w: &RefWeight,
         x: &HostTensor,
-    ) -> (HostTensor, HostTensor) {
+    ) -> (HostTensor, HostTensor, Vec<crate::ggml_cpu::Ambiguous>) {
         if self.arith == Arithmetic::GgmlCpu {
             if let Some(&ty) = self.types.get(wname) {
                 let c = crate::ggml_cpu::consume(x, crate::ggml_cpu::VecDot::of(ty));
@@ -500,7 +500,7 @@ impl Isolator {
                 if let (Some(delta), Some(mins)) = (&c.q8_1_delta, self.mins.get(wname)) {
                     crate::ggml_cpu::add_q8_1_term(&mut y, mins, delta);
                 }
-                return (c.x, y);
+                return (c.x, y, c.ambiguous);
             }
         }
         let xq = if self.quantizes(wname) {
@@ -509,7 +509,29 @@ impl Isolator {
             x.clone()
         };
         let y = b.matmul(&xq, w);
-        (xq, y)
+        (xq, y, Vec::new())
+    }
+
+    /// The matmul bound plus, for `ggml-cpu`, what activations lying on a rounding boundary
+    /// may add ([`crate::ggml_cpu::ambiguity_bound`]).
+    fn matmul_bound_amb(
+        &mut self,
+        wname: &str,
+        w: &RefWeight,
+        x: &HostTensor,
+        y: &HostTensor,
+        amb: &[crate::ggml_cpu::Ambiguous],
+    ) -> f64 {
+        let base = self.matmul_bound(wname, w, x, y);
+        if amb.is_empty() {
+            return base;
+        }
+        let e = plain_energy(y);
+        let min_sq = self
+            .mins
+            .get(wname)
+            .map(|m| crate::ggml_cpu::min_squares(m, w.rows));
+        base + crate::ggml_cpu::ambiguity_bound(amb, self.col_sq(wname, w), min_sq.as_deref(), e)
     }
 
     fn matmul_bound(&mut self, wname: &str, w: &RefWeight, x: &HostTensor, y: &HostTensor) -> f64 {
@@ -715,12 +737,12 @@ impl Isolator {
                     continue;
                 }
                 let name = format!("{}.weight", t(wstem));
-                let (xq, mut exp) = self.matmul_as_b(&b, &name, w, x);
+                let (xq, mut exp, amb) = self.matmul_as_b(&b, &name, w, x);
                 let plain = exp.clone();
                 if let Some(bw) = bias_w {
                     exp = b.add_bias(&exp, bw);
                 }
-                let bound = self.matmul_bound(&name, w, &xq, &plain)
+                let bound = self.matmul_bound_amb(&name, w, &xq, &plain, &amb)
                     * (plain_energy(&plain) / plain_energy(&exp).max(f64::MIN_POSITIVE));
                 let ty = self
                     .types
@@ -909,8 +931,8 @@ impl Isolator {
                     None => (model.token_embd.clone(), "token_embd.weight"),
                 };
                 if x.cols() == w.cols {
-                    let (xq, exp) = self.matmul_as_b(&b, name, &w, x);
-                    let bound = self.matmul_bound(name, &w, &xq, &exp);
+                    let (xq, exp, amb) = self.matmul_as_b(&b, name, &w, x);
+                    let bound = self.matmul_bound_amb(name, &w, &xq, &exp, &amb);
                     let ty = self
                         .types
                         .get(name)
