@@ -1677,3 +1677,32 @@ pub fn isolate_engine(
     }
     Ok(iso.finish())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Arithmetic;
+
+    #[test]
+    fn llama_cpp_traces_declare_ggml_cpu_only_on_the_cpu() {
+        assert_eq!(
+            Arithmetic::for_foreign("llama.cpp", Some("CPU")),
+            Some(Arithmetic::GgmlCpu)
+        );
+        assert_eq!(Arithmetic::for_foreign("llama.cpp", Some("CUDA0")), None);
+        assert_eq!(
+            Arithmetic::for_foreign("llama.cpp", Some("CPU,CUDA0")),
+            None
+        );
+        assert_eq!(Arithmetic::for_foreign("llama.cpp", None), None);
+        assert_eq!(
+            Arithmetic::for_foreign("hf-transformers", None),
+            Some(Arithmetic::Float)
+        );
+        assert_eq!(Arithmetic::parse("ggml-cpu"), Some(Arithmetic::GgmlCpu));
+        assert_eq!(Arithmetic::GgmlCpu.name(), "ggml-cpu");
+        assert_eq!(
+            serde_json::to_string(&Arithmetic::GgmlCpu).ok().as_deref(),
+            Some("\"ggml-cpu\"")
+        );
+    }
+}
