@@ -1143,7 +1143,7 @@ impl Isolator {
         } else {
             self.note_unchecked(
                 &t("kq_softmax"),
-                "kq or kq_softmax not recorded (hidden by a fused kernel or filtered)",
+                "kq or kq_softmax not recorded (hidden by a fused kernel, filtered, or the engine has no such tensor)",
             );
         }
 
