@@ -203,6 +203,9 @@ def main():
     # "CPU" when ggml's CPU backend computed every recorded node (lockstep then isolates the
     # trace with the `ggml-cpu` arithmetic); several names when the graph was split.
     w.meta["ggml_backend"] = ",".join(sorted(buffers))
+    # The CPU backend's compiled features ("AVX = 1 | AVX2 = 1 | ..."): which code paths quantize
+    # the matmul activations (lockstep emulates the x86 AVX ones exactly).
+    w.meta["ggml_cpu_features"] = L.llama_print_system_info().decode(errors="replace").strip()
     w.close()
     L.llama_batch_free(batch)
     L.llama_free(ctx)

@@ -62,6 +62,8 @@ pub struct ForeignTrace {
     /// The trace's `ggml_backend` metadata (llama.cpp traces: the ggml buffers the nodes were
     /// computed in, `CPU` for ggml-cpu), which picks the isolated pass's arithmetic.
     pub ggml_backend: Option<String>,
+    /// The trace's `ggml_cpu_features` metadata (llama.cpp's system info: `AVX = 1 | ...`).
+    pub ggml_cpu_features: Option<String>,
 }
 
 /// Reads a trace, applying `map` (or the map its metadata names) with `ctx`.
@@ -107,6 +109,7 @@ pub fn map_trace(
         None => None,
     };
     let ggml_backend = raw.metadata.get("ggml_backend").cloned();
+    let ggml_cpu_features = raw.metadata.get("ggml_cpu_features").cloned();
     let mut steps = raw.steps;
     let mut unmapped: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut skipped = BTreeMap::new();
@@ -159,6 +162,7 @@ pub fn map_trace(
         skipped,
         duplicates,
         ggml_backend,
+        ggml_cpu_features,
     })
 }
 

@@ -90,6 +90,17 @@ pub struct Ambiguous {
     pub s_ulp: f64,
 }
 
+/// Whether a ggml CPU build with these features (llama.cpp's system info, `AVX = 1 | AVX2 =
+/// 1 | ...`) quantizes Q8_0 / Q8_1 activations with the x86 AVX code this module emulates
+/// exactly (`id = 127 / amax`, `_mm256_round_ps` to nearest even); Q8_K is the reference C
+/// code on x86, emulated exactly too. Values on a rounding boundary then need no bound.
+pub fn x86_avx_quantizer(features: &str) -> bool {
+    features
+        .split(['|', ':'])
+        .map(str::trim)
+        .any(|f| f == "AVX = 1" || f == "AVX2 = 1")
+}
+
 /// Relative distance to a rounding boundary within which two correct implementations of the
 /// 8-bit quantization may disagree: `id` off by up to 3u between `127 / amax` and `1 / d`
 /// (two roundings against one), the product rounded (u) in each; 8u for margin.
@@ -434,6 +445,18 @@ mod tests {
         let b = ambiguity_bound(&c.ambiguous, &col_sq, None, 1.0);
         let q = f64::from(c.ambiguous[0].quantum);
         assert_eq!(b, 2.0 * q * q);
+    }
+
+    #[test]
+    fn avx_builds_are_recognised_from_the_system_info() {
+        assert!(x86_avx_quantizer(
+            "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | REPACK = 1 |"
+        ));
+        assert!(!x86_avx_quantizer(
+            "CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | REPACK = 1 |"
+        ));
+        assert!(!x86_avx_quantizer("CPU : SSE3 = 1 | AVX = 0 | AVX2 = 0 |"));
+        assert!(!x86_avx_quantizer(""));
     }
 
     #[test]

@@ -371,6 +371,10 @@ pub struct Isolator {
     /// `GgmlCpu`: the block mins of each Q4_1 / Q5_1 weight (their dot with Q8_1 activations
     /// uses the stored block sums), by weight name.
     mins: HashMap<String, Vec<f32>>,
+    /// `GgmlCpu`: the trace says the build quantizes with the x86 AVX code, which
+    /// [`crate::ggml_cpu::consume`] reproduces exactly: no bound for values on a rounding
+    /// boundary.
+    x86_quantizer: bool,
     /// Per layer: B's K (after RoPE) and V rows of every position so far, what the cache must
     /// hold; `None` once a step lacked them.
     kv_hist: Vec<Option<(Vec<f32>, Vec<f32>)>>,
@@ -418,12 +422,20 @@ impl Isolator {
             arith,
             col_sq: HashMap::new(),
             mins,
+            x86_quantizer: false,
             kv_hist: vec![Some((Vec::new(), Vec::new())); n_layers],
             checks: Vec::new(),
             unchecked: Vec::new(),
             seconds: 0.0,
             backend_name: backend.to_string(),
         })
+    }
+
+    /// `GgmlCpu`: whether B's build quantizes activations with ggml's x86 AVX code (see
+    /// [`crate::ggml_cpu::x86_avx_quantizer`]); otherwise values on a rounding boundary are
+    /// bounded as possibly rounded the other way.
+    pub fn set_x86_quantizer(&mut self, yes: bool) {
+        self.x86_quantizer = yes;
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -523,7 +535,7 @@ impl Isolator {
         amb: &[crate::ggml_cpu::Ambiguous],
     ) -> f64 {
         let base = self.matmul_bound(wname, w, x, y);
-        if amb.is_empty() {
+        if amb.is_empty() || self.x86_quantizer {
             return base;
         }
         let e = plain_energy(y);
@@ -1639,7 +1651,18 @@ pub fn isolate_trace(
     file: &GgufFile,
     arith: Arithmetic,
 ) -> Result<IsolationReport, VerifyError> {
+    isolate_trace_with(trace, file, arith, false)
+}
+
+/// [`isolate_trace`], saying whether B (`GgmlCpu`) quantizes with ggml's x86 AVX code.
+pub fn isolate_trace_with(
+    trace: &Trace,
+    file: &GgufFile,
+    arith: Arithmetic,
+    x86_quantizer: bool,
+) -> Result<IsolationReport, VerifyError> {
     let mut iso = Isolator::new(file, &trace.meta.backend, arith)?;
+    iso.set_x86_quantizer(x86_quantizer);
     for st in &trace.steps {
         iso.add_step(st)?;
     }

@@ -113,7 +113,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             if args.isolate || (!report.agree() && !args.no_isolate) {
                 let file = open_model(&args.model)?.file;
                 let arith = isolate::arithmetic(args.arithmetic.as_deref(), &b.meta.backend)?;
-                isolation = Some(isolate::from_trace(&b, &file, arith)?);
+                isolation = Some(isolate::from_trace(&b, &file, arith, false)?);
             }
             report
         }

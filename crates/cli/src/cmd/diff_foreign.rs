@@ -80,7 +80,11 @@ pub fn run(args: &DiffArgs, reference: &str, trace: &Path) -> Result<i32> {
             (None, Some(a)) => a,
             (flag, _) => isolate::arithmetic(flag, &engine)?,
         };
-        Some(isolate::from_trace(&foreign.trace, &m.file, arith)?)
+        let x86 = foreign
+            .ggml_cpu_features
+            .as_deref()
+            .is_some_and(lockstep_verify::ggml_cpu::x86_avx_quantizer);
+        Some(isolate::from_trace(&foreign.trace, &m.file, arith, x86)?)
     } else {
         None
     };
