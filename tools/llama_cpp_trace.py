@@ -13,6 +13,9 @@ F32 or F16 as computed; lockstep's shipped `llama.cpp` name map turns them into 
         --ids 1,504,3458,282 --force-ids 260,4115 -o llama.safetensors
     lockstep diff -m smollm2 --ref ref llama.safetensors
 
+Metadata `ggml_backend` names the ggml buffers the recorded nodes were computed in (`CPU` on
+a CPU-only run): `lockstep diff --isolate` holds a `CPU` trace to ggml-cpu's arithmetic.
+
 Settings: flash attention off (so scores and softmax exist as tensors), F16 KV cache, one
 sequence. `--lib DIR` loads libllama from DIR (another build, e.g. one with a patched kernel;
 sets LLAMA_CPP_LIB_PATH). Pure view nodes (RESHAPE, PERMUTE, TRANSPOSE, VIEW) are not read
@@ -97,9 +100,14 @@ def main():
     base.ggml_op_name.restype = ctypes.c_char_p
     base.ggml_type_name.argtypes = [ctypes.c_int]
     base.ggml_type_name.restype = ctypes.c_char_p
+    base.ggml_backend_buffer_name.argtypes = [ctypes.c_void_p]
+    base.ggml_backend_buffer_name.restype = ctypes.c_char_p
 
     current = []  # (name@op, array) of the step being computed
     unread = set()
+    # The ggml buffers the recorded nodes lived in ("CPU", "CUDA0", ...): which ggml backend
+    # computed them, and so which arithmetic lockstep's isolated pass holds them to.
+    buffers = set()
 
     def wanted(t):
         name = t.name.decode(errors="replace")
@@ -119,6 +127,8 @@ def main():
         if t.type not in (GGML_TYPE_F32, GGML_TYPE_F16):
             unread.add(f"{key} ({base.ggml_type_name(t.type).decode()})")
             return
+        if t.buffer:
+            buffers.add(base.ggml_backend_buffer_name(t.buffer).decode(errors="replace"))
         n = base.ggml_nbytes(p)
         buf = (ctypes.c_uint8 * n)()
         base.ggml_backend_tensor_get(p, buf, 0, n)
@@ -190,6 +200,12 @@ def main():
         print(f"step {step}: {len(toks)} tokens, {len(current)} tensors, argmax {int(np.argmax(last))}",
               file=sys.stderr)
         pos += len(toks)
+    # "CPU" when ggml's CPU backend computed every recorded node (lockstep then isolates the
+    # trace with the `ggml-cpu` arithmetic); several names when the graph was split.
+    w.meta["ggml_backend"] = ",".join(sorted(buffers))
+    # The CPU backend's compiled features ("AVX = 1 | AVX2 = 1 | ..."): which code paths quantize
+    # the matmul activations (lockstep emulates the x86 AVX ones exactly).
+    w.meta["ggml_cpu_features"] = L.llama_print_system_info().decode(errors="replace").strip()
     w.close()
     L.llama_batch_free(batch)
     L.llama_free(ctx)

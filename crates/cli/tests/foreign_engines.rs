@@ -8,6 +8,10 @@
 //! llama-cpp-python built from its sdist (.ci/run builds it once into a cache); when it is not
 //! installed the llama.cpp tests print SKIPPED and pass, unless `LOCKSTEP_REQUIRE_LLAMA_CPP=1`
 //! (set by .ci/run when its build succeeded), which turns a missing module into a failure.
+//!
+//! Both engines' traces are also isolated op by op (`diff --isolate`): transformers at f32
+//! bounds, llama.cpp under the `ggml-cpu` arithmetic its trace declares, where a 6% error
+//! planted in one matmul output of the clean trace is named at that op.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -303,7 +307,123 @@ fn llama_cpp_agrees(model: &str) {
     check_agreement(model, &j, code, &ops);
     // llama.cpp's kq is unscaled and unmasked, so the map skips it (with its reason).
     assert_eq!(lacked(&j), ["blk.*.kq"]);
+    // Isolated: the trace says ggml's CPU backend computed it, so every llama.cpp op is
+    // recomputed on the reference from its own inputs under the ggml-cpu arithmetic (Q8_0 /
+    // Q8_1 / Q8_K activations, f16 attention operands, the f16 GELU table), and agrees.
+    let iso = &j["isolated"];
+    assert_eq!(iso["arithmetic"], "ggml-cpu", "{}", iso["arithmetic"]);
+    let checks = iso["checks"].as_array().expect("isolated checks");
+    let per_step = if model == "gemma3" { 400 } else { 543 };
+    assert!(
+        checks.len() >= 4 * per_step,
+        "{} isolated checks",
+        checks.len()
+    );
+    let failed: Vec<&Value> = checks.iter().filter(|c| c["pass"] != true).collect();
+    assert!(failed.is_empty(), "{model}: wrong in isolation: {failed:?}");
+    let mut kinds = vec![
+        "matmul",
+        "RoPE",
+        "KV store + read (f16 cache)",
+        "attention weighted sum (softmax x V)",
+        "attention (scores, softmax, weighted sum)",
+        "RMS norm",
+        "residual add",
+    ];
+    kinds.push(if model == "gemma3" {
+        "GELU-tanh(gate) * up"
+    } else {
+        "SiLU(gate) * up"
+    });
+    for kind in kinds {
+        let n = checks
+            .iter()
+            .filter(|c| c["what"].as_str().is_some_and(|w| w.contains(kind)))
+            .count();
+        assert!(n >= 4, "{model}: {n} isolated checks of {kind}");
+    }
+    // Every matmul's bound is tight: a 6% error in one (NMSE 3.6e-3) is 1e5 times over it.
+    let worst_matmul = checks
+        .iter()
+        .filter(|c| c["what"].as_str().is_some_and(|w| w.contains("matmul")))
+        .map(|c| c["bound"].as_f64().expect("bound"))
+        .fold(0f64, f64::max);
+    assert!(
+        worst_matmul < 1e-7,
+        "{model}: matmul bound {worst_matmul:e}"
+    );
+
+    planted_error_is_named(model, &dir, &trace);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Multiplies one tensor of a saved trace by `factor` (f32 data), in a copy.
+fn scale_tensor(src: &Path, dst: &Path, name: &str, factor: f32) {
+    let mut bytes = std::fs::read(src).expect("read trace");
+    let (n, meta) = safetensors::SafeTensors::read_metadata(&bytes).expect("safetensors header");
+    let info = meta
+        .info(name)
+        .unwrap_or_else(|| panic!("the trace has no tensor {name}"));
+    assert_eq!(info.dtype, safetensors::Dtype::F32, "{name}");
+    let (a, b) = info.data_offsets;
+    for v in bytes[8 + n + a..8 + n + b].chunks_exact_mut(4) {
+        let x = f32::from_le_bytes([v[0], v[1], v[2], v[3]]) * factor;
+        v.copy_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(dst, bytes).expect("write trace");
+}
+
+/// A 6% error planted in one llama.cpp matmul output inside one block of the clean trace:
+/// under the whole-run noise floor (AGREE), named in isolation at exactly that op and step.
+/// gemma3: layer 7's attention output projection at decode step 1, whose only consumer is
+/// the post-attention RMS norm (scale-invariant), so it is the only op wrong. SmolLM2: layer
+/// 3's FFN up projection in the prompt step; its consumer, the SwiGLU, was computed by
+/// llama.cpp from the unscaled values, so its own check fails too, after it.
+fn planted_error_is_named(model: &str, dir: &Path, clean: &Path) {
+    let (tensor, expected): (&str, &[(u64, &str)]) = if model == "gemma3" {
+        (
+            "s1/node(blk.7.attn_output.weight)@MUL_MAT",
+            &[(1, "blk.7.attn_output")],
+        )
+    } else {
+        (
+            "s0/ffn_up-3@MUL_MAT",
+            &[(0, "blk.3.ffn_up"), (0, "blk.3.ffn_act")],
+        )
+    };
+    let bad = dir.join(format!("{model}-planted.safetensors"));
+    scale_tensor(clean, &bad, tensor, 1.06);
+    let (code, j) = diff(model, &bad);
+    assert!(
+        j["report"]["verdict"].is_null(),
+        "{model}: the planted 6% is under the whole-run noise floor: {}",
+        j["report"]["verdict"]
+    );
+    assert_eq!(
+        code,
+        Some(1),
+        "{model}: the isolated pass must fail the run"
+    );
+    let failed: Vec<(u64, String, f64, f64)> = j["isolated"]["checks"]
+        .as_array()
+        .expect("isolated checks")
+        .iter()
+        .filter(|c| c["pass"] != true)
+        .map(|c| {
+            (
+                c["step"].as_u64().unwrap_or(u64::MAX),
+                c["op"].as_str().unwrap_or("").to_string(),
+                c["metrics"]["nmse"].as_f64().unwrap_or(f64::NAN),
+                c["bound"].as_f64().unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    let names: Vec<(u64, &str)> = failed.iter().map(|f| (f.0, f.1.as_str())).collect();
+    assert_eq!(names, expected, "{model}: {failed:?}");
+    // The planted op: NMSE (1.06 - 1)^2 = 3.6e-3 against a bound at least 1e4 times smaller.
+    let (_, op, nmse, bound) = &failed[0];
+    assert!((nmse - 3.6e-3).abs() < 1e-4, "{op}: NMSE {nmse:e}");
+    assert!(*bound > 0.0 && bound * 1e4 < *nmse, "{op}: bound {bound:e}");
 }
 
 #[test]

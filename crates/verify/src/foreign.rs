@@ -59,6 +59,11 @@ pub struct ForeignTrace {
     pub skipped: BTreeMap<String, String>,
     /// Taps two foreign tensors both mapped to in one step (the later name is kept).
     pub duplicates: Vec<String>,
+    /// The trace's `ggml_backend` metadata (llama.cpp traces: the ggml buffers the nodes were
+    /// computed in, `CPU` for ggml-cpu), which picks the isolated pass's arithmetic.
+    pub ggml_backend: Option<String>,
+    /// The trace's `ggml_cpu_features` metadata (llama.cpp's system info: `AVX = 1 | ...`).
+    pub ggml_cpu_features: Option<String>,
 }
 
 /// Reads a trace, applying `map` (or the map its metadata names) with `ctx`.
@@ -103,6 +108,8 @@ pub fn map_trace(
         Some(m) => Some(NameMap::load(m)?),
         None => None,
     };
+    let ggml_backend = raw.metadata.get("ggml_backend").cloned();
+    let ggml_cpu_features = raw.metadata.get("ggml_cpu_features").cloned();
     let mut steps = raw.steps;
     let mut unmapped: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     let mut skipped = BTreeMap::new();
@@ -154,6 +161,8 @@ pub fn map_trace(
         unmapped,
         skipped,
         duplicates,
+        ggml_backend,
+        ggml_cpu_features,
     })
 }
 

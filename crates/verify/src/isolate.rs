@@ -51,6 +51,12 @@ pub enum Arithmetic {
     Quant8,
     /// A float engine: f32 everywhere, f32 K/V.
     Float,
+    /// ggml's CPU backend (llama.cpp on the CPU): each matmul's activations converted to its
+    /// weight type's `vec_dot_type` (Q8_0 / Q8_1 with f16 scales, Q8_K, f16), an f16 KV cache,
+    /// Q and the softmax weights converted to f16 for the attention products, GELU from an f16
+    /// table, RoPE angles from a running f32 product ([`crate::ggml_cpu`]).
+    #[serde(rename = "ggml-cpu")]
+    GgmlCpu,
 }
 
 impl Arithmetic {
@@ -59,6 +65,7 @@ impl Arithmetic {
             "exact" => Some(Arithmetic::Exact),
             "quant8" => Some(Arithmetic::Quant8),
             "float" => Some(Arithmetic::Float),
+            "ggml-cpu" => Some(Arithmetic::GgmlCpu),
             _ => None,
         }
     }
@@ -68,6 +75,7 @@ impl Arithmetic {
             Arithmetic::Exact => "exact",
             Arithmetic::Quant8 => "quant8",
             Arithmetic::Float => "float",
+            Arithmetic::GgmlCpu => "ggml-cpu",
         }
     }
 
@@ -82,6 +90,21 @@ impl Arithmetic {
             "ref" | "cuda-exact" => Arithmetic::Exact,
             "cpu" | "cuda" | "cuda-det" => Arithmetic::Quant8,
             _ => Arithmetic::Float,
+        }
+    }
+
+    /// What a foreign trace declares, from its metadata: llama.cpp's traces say which ggml
+    /// backend computed the nodes (`ggml_backend`, written by `tools/llama_cpp_trace.py`);
+    /// `CPU` means ggml-cpu's arithmetic. `None` for a llama.cpp trace of another (or an
+    /// unstated) ggml backend, whose arithmetic has no derived bounds.
+    pub fn for_foreign(backend: &str, ggml_backend: Option<&str>) -> Option<Arithmetic> {
+        if backend.starts_with("llama.cpp") {
+            match ggml_backend {
+                Some("CPU") => Some(Arithmetic::GgmlCpu),
+                _ => None,
+            }
+        } else {
+            Some(Arithmetic::for_backend(backend))
         }
     }
 }
@@ -384,6 +407,13 @@ pub struct Isolator {
     arith: Arithmetic,
     /// Column sums of squares of each matmul weight (`sum_j w_ji^2`), by weight name.
     col_sq: HashMap<String, Vec<f64>>,
+    /// `GgmlCpu`: the block mins of each Q4_1 / Q5_1 weight (their dot with Q8_1 activations
+    /// uses the stored block sums), by weight name.
+    mins: HashMap<String, Vec<f32>>,
+    /// `GgmlCpu`: the trace says the build quantizes with the x86 AVX code, which
+    /// [`crate::ggml_cpu::consume`] reproduces exactly: no bound for values on a rounding
+    /// boundary.
+    x86_quantizer: bool,
     /// Per layer: B's K (after RoPE) and V rows of every position so far, what the cache must
     /// hold; `None` once a step lacked them.
     kv_hist: Vec<Option<(Vec<f32>, Vec<f32>)>>,
@@ -418,12 +448,22 @@ impl Isolator {
             .map(|t| (t.name.clone(), t.ty))
             .collect();
         let n_layers = model.config.n_layers;
+        let mut mins = HashMap::new();
+        if arith == Arithmetic::GgmlCpu {
+            for t in file.tensors() {
+                if let Some(m) = crate::ggml_cpu::block_mins(file, &t.name) {
+                    mins.insert(t.name.clone(), m);
+                }
+            }
+        }
         Ok(Isolator {
             backend: rb,
             model: std::sync::Arc::new(model),
             types,
             arith,
             col_sq: HashMap::new(),
+            mins,
+            x86_quantizer: false,
             kv_hist: vec![Some((Vec::new(), Vec::new())); n_layers],
             checks: Vec::new(),
             unchecked: Vec::new(),
@@ -431,6 +471,13 @@ impl Isolator {
             backend_name: backend.to_string(),
             tensor_rows: tensor_core_rows(backend),
         })
+    }
+
+    /// `GgmlCpu`: whether B's build quantizes activations with ggml's x86 AVX code (see
+    /// [`crate::ggml_cpu::x86_avx_quantizer`]); otherwise values on a rounding boundary are
+    /// bounded as possibly rounded the other way.
+    pub fn set_x86_quantizer(&mut self, yes: bool) {
+        self.x86_quantizer = yes;
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -495,6 +542,58 @@ impl Isolator {
                 .types
                 .get(wname)
                 .is_some_and(|&ty| quantizes(self.arith, ty))
+    }
+
+    /// `x W^T` as B computes it, on the activations B's arithmetic says the matmul consumes:
+    /// (those activations, the product). `quant8`: 8-bit blocks of 32 with an f32 scale for
+    /// quantized weights; `ggml-cpu`: the weight type's `vec_dot_type`, with the Q8_1 block-sum
+    /// term of Q4_1 / Q5_1 weights; otherwise `x` itself.
+    fn matmul_as_b(
+        &self,
+        b: &RefBackend,
+        wname: &str,
+        w: &RefWeight,
+        x: &HostTensor,
+    ) -> (HostTensor, HostTensor, Vec<crate::ggml_cpu::Ambiguous>) {
+        if self.arith == Arithmetic::GgmlCpu {
+            if let Some(&ty) = self.types.get(wname) {
+                let c = crate::ggml_cpu::consume(x, crate::ggml_cpu::VecDot::of(ty));
+                let mut y = b.matmul(&c.x, w);
+                if let (Some(delta), Some(mins)) = (&c.q8_1_delta, self.mins.get(wname)) {
+                    crate::ggml_cpu::add_q8_1_term(&mut y, mins, delta);
+                }
+                return (c.x, y, c.ambiguous);
+            }
+        }
+        let xq = if self.quantizes(wname, x.rows()) {
+            quantize_q8_f32(x)
+        } else {
+            x.clone()
+        };
+        let y = b.matmul(&xq, w);
+        (xq, y, Vec::new())
+    }
+
+    /// The matmul bound plus, for `ggml-cpu`, what activations lying on a rounding boundary
+    /// may add ([`crate::ggml_cpu::ambiguity_bound`]).
+    fn matmul_bound_amb(
+        &mut self,
+        wname: &str,
+        w: &RefWeight,
+        x: &HostTensor,
+        y: &HostTensor,
+        amb: &[crate::ggml_cpu::Ambiguous],
+    ) -> f64 {
+        let base = self.matmul_bound(wname, w, x, y);
+        if amb.is_empty() || self.x86_quantizer {
+            return base;
+        }
+        let e = plain_energy(y);
+        let min_sq = self
+            .mins
+            .get(wname)
+            .map(|m| crate::ggml_cpu::min_squares(m, w.rows));
+        base + crate::ggml_cpu::ambiguity_bound(amb, self.col_sq(wname, w), min_sq.as_deref(), e)
     }
 
     fn matmul_bound(&mut self, wname: &str, w: &RefWeight, x: &HostTensor, y: &HostTensor) -> f64 {
@@ -703,17 +802,12 @@ impl Isolator {
                     continue;
                 }
                 let name = format!("{}.weight", t(wstem));
-                let xq = if self.quantizes(&name, x.rows()) {
-                    quantize_q8_f32(x)
-                } else {
-                    x.clone()
-                };
-                let mut exp = b.matmul(&xq, w);
+                let (xq, mut exp, amb) = self.matmul_as_b(&b, &name, w, x);
                 let plain = exp.clone();
                 if let Some(bw) = bias_w {
                     exp = b.add_bias(&exp, bw);
                 }
-                let bound = self.matmul_bound(&name, w, &xq, &plain)
+                let bound = self.matmul_bound_amb(&name, w, &xq, &plain, &amb)
                     * (plain_energy(&plain) / plain_energy(&exp).max(f64::MIN_POSITIVE));
                 let ty = self
                     .types
@@ -750,7 +844,20 @@ impl Isolator {
                         let exp = b.rope(x, &st.positions, rope);
                         // cos and sin rounded to f32 (u each), two products and a sum (3u):
                         // a rotation keeps norms, so 6u of each pair's norm; 8u for margin.
-                        let e = rope_bound(self.arith).sqrt();
+                        // ggml-cpu: plus the error of its running-product angles.
+                        let e = if self.arith == Arithmetic::GgmlCpu {
+                            let eps = crate::ggml_cpu::rope_eps(
+                                &st.positions,
+                                x.cols(),
+                                cfg.head_dim,
+                                cfg.n_rot,
+                                rope.base,
+                                cfg.rope_style == lockstep_graph::RopeStyle::Neox,
+                            );
+                            rel_bound(&eps, &exp).sqrt()
+                        } else {
+                            rope_bound(self.arith).sqrt()
+                        };
                         self.push(
                             step,
                             out.clone(),
@@ -783,7 +890,19 @@ impl Isolator {
             ) {
                 if g.shape == u.shape {
                     let exp = b.act_mul(g, u, cfg.activation);
-                    let bound = act_bound(self.arith, cfg.activation, &g.data, &exp);
+                    let bound = if self.arith == Arithmetic::GgmlCpu
+                        && cfg.activation == lockstep_graph::Activation::GeluTanh
+                    {
+                        let num = crate::ggml_cpu::gelu_table_err2(&g.data, &u.data, &exp.data);
+                        let den = plain_energy(&exp);
+                        if den == 0.0 {
+                            0.0
+                        } else {
+                            num / den
+                        }
+                    } else {
+                        act_bound(self.arith, cfg.activation, &g.data, &exp)
+                    };
                     let what = match cfg.activation {
                         lockstep_graph::Activation::Silu => "SiLU(gate) * up",
                         lockstep_graph::Activation::GeluTanh => "GELU-tanh(gate) * up",
@@ -877,13 +996,8 @@ impl Isolator {
                     None => (model.token_embd.clone(), "token_embd.weight"),
                 };
                 if x.cols() == w.cols {
-                    let xq = if self.quantizes(name, x.rows()) {
-                        quantize_q8_f32(x)
-                    } else {
-                        x.clone()
-                    };
-                    let exp = b.matmul(&xq, &w);
-                    let bound = self.matmul_bound(name, &w, &xq, &exp);
+                    let (xq, exp, amb) = self.matmul_as_b(&b, name, &w, x);
+                    let bound = self.matmul_bound_amb(name, &w, &xq, &exp, &amb);
                     let ty = self
                         .types
                         .get(name)
@@ -965,11 +1079,11 @@ impl Isolator {
                     let bound = match self.arith {
                         Arithmetic::Exact => 0.0,
                         Arithmetic::Float => U * U,
-                        Arithmetic::Quant8 => kv_f16_bound(&exp.data),
+                        Arithmetic::Quant8 | Arithmetic::GgmlCpu => kv_f16_bound(&exp.data),
                     };
                     let src = if idx == 0 { t("k_rope") } else { t("v") };
                     let what = match self.arith {
-                        Arithmetic::Quant8 => "KV store + read (f16 cache)",
+                        Arithmetic::Quant8 | Arithmetic::GgmlCpu => "KV store + read (f16 cache)",
                         _ => "KV store + read",
                     };
                     self.push(
@@ -1094,7 +1208,7 @@ impl Isolator {
         } else {
             self.note_unchecked(
                 &t("kq_softmax"),
-                "kq or kq_softmax not recorded (hidden by a fused kernel or filtered)",
+                "kq or kq_softmax not recorded (hidden by a fused kernel, filtered, or the engine has no such tensor)",
             );
         }
 
@@ -1108,6 +1222,9 @@ impl Isolator {
             {
                 let mut exp = vec![0f32; n_q * nh * hd];
                 let mut abs_sum = vec![0f64; n_q * nh * hd];
+                // ggml-cpu: the f16 rounding of the probabilities (KQ·V is an f16 matmul).
+                let mut p16 = vec![0f64; n_q * nh * hd];
+                let ggml = self.arith == Arithmetic::GgmlCpu;
                 for i in 0..n_q {
                     for h in 0..nh {
                         let kh = h / group;
@@ -1128,6 +1245,14 @@ impl Isolator {
                         for d in 0..hd {
                             exp[base + d] = acc[d] as f32;
                             abs_sum[base + d] = acc_abs[d];
+                            if ggml {
+                                p16[base + d] = crate::ggml_cpu::p_f16_term(
+                                    ROUNDING_LAMBDA,
+                                    prow.iter()
+                                        .enumerate()
+                                        .map(|(j, &pj)| (pj, v.data[j * kv_dim + kh * hd + d])),
+                                );
+                            }
                         }
                     }
                 }
@@ -1136,7 +1261,16 @@ impl Isolator {
                 // after the sum instead of before (u). Not bitwise even for the reference, which
                 // weights V by its unrounded f64 probabilities, not the recorded f32 ones.
                 let gamma = (n_kv as f64 + 3.0) * U;
-                let bound = abs_bound(gamma, &abs_sum, &exp);
+                let bound = if ggml {
+                    let per: Vec<f64> = abs_sum
+                        .iter()
+                        .zip(&p16)
+                        .map(|(&a, &p)| gamma * a + p)
+                        .collect();
+                    abs_bound(1.0, &per, &exp)
+                } else {
+                    abs_bound(gamma, &abs_sum, &exp)
+                };
                 self.push(
                     step,
                     t("kqv"),
@@ -1288,16 +1422,16 @@ impl Isolator {
     }
 }
 
-/// Whether B, declaring `arith`, stores its KV cache as f16: quant8 says so (the cpu backend),
-/// except for cuda's fast numerics, whose quant8 covers the matmuls and whose cache is f32.
+/// Whether B, declaring `arith`, stores its KV cache as f16: ggml-cpu and quant8 say so (the
+/// cpu backend), except for cuda's fast numerics, whose quant8 covers the matmuls and whose cache is f32.
 /// (An f32 cache is inside every f16 bound; the op harness needs to know which values the
 /// cache holds to feed the reference the same ones.)
 pub fn kv_cache_f16(arith: Arithmetic, backend: &str) -> bool {
-    arith == Arithmetic::Quant8
-        && !matches!(
-            backend.split('[').next().unwrap_or(backend),
-            "cuda" | "cuda-det"
-        )
+    let f32_cache = matches!(
+        backend.split('[').next().unwrap_or(backend),
+        "cuda" | "cuda-det"
+    );
+    arith == Arithmetic::GgmlCpu || (arith == Arithmetic::Quant8 && !f32_cache)
 }
 
 /// Whether B quantizes the activations of a matmul against a weight of type `ty`.
@@ -1333,7 +1467,7 @@ pub fn matmul_bound(arith: Arithmetic, col_sq: &[f64], x: &HostTensor, y: &HostT
     let k = col_sq.len();
     let n_acc = match arith {
         Arithmetic::Exact => return 0.0,
-        Arithmetic::Quant8 => k as f64 / 4.0 + 8.0,
+        Arithmetic::Quant8 | Arithmetic::GgmlCpu => k as f64 / 4.0 + 8.0,
         Arithmetic::Float => k as f64 + 8.0,
     };
     let mut energy = 0f64;
@@ -1476,7 +1610,12 @@ pub fn attention_error_bounds(
     let fb = if arith == Arithmetic::Exact { 0.0 } else { 1.0 };
     let qn: Vec<f64> = q.chunks(hd.max(1)).map(norm2).collect();
     let kn: Vec<f64> = k.chunks(hd.max(1)).map(norm2).collect();
-    let gamma_hd = hd as f64 * U * fb * f64::from(g.scale);
+    // ggml-cpu converts Q to f16 for the KQ product (K is already f16) and the probabilities
+    // to f16 for KQ·V: 2^-11 of |q||k| more per score, 2^-11 more per probability, and half an
+    // f16 subnormal step for probabilities below the normal range.
+    let ggml = arith == Arithmetic::GgmlCpu;
+    let q16 = if ggml { crate::ggml_cpu::U_F16 } else { 0.0 };
+    let gamma_hd = (hd as f64 * U * fb + q16) * f64::from(g.scale);
     let mut score_num = 0f64;
     let mut out = vec![0f64; g.n_q * nh * hd];
     let mut p_eps = vec![0f64; g.n_q * nh];
@@ -1497,9 +1636,10 @@ pub fn attention_error_bounds(
                 max_ds = max_ds.max(ds);
                 max_spread = max_spread.max(f64::from(smax) - f64::from(srow[j]));
             }
-            let eps = 2.0 * max_ds + (max_spread + 2.0 * n_vis + 7.0) * U * fb;
+            let eps = 2.0 * max_ds + (max_spread + 2.0 * n_vis + 7.0) * U * fb + q16;
             p_eps[i * nh + h] = eps;
             let base = (i * nh + h) * hd;
+            let mut tiny = vec![0f64; hd];
             for (j, &pj) in ref_p[row..row + n_kv].iter().enumerate() {
                 if pj == 0.0 {
                     continue;
@@ -1508,9 +1648,14 @@ pub fn attention_error_bounds(
                 for (o, &vv) in out[base..base + hd].iter_mut().zip(vrow) {
                     *o += (f64::from(pj) * f64::from(vv)).abs();
                 }
+                if ggml {
+                    for (t, &vv) in tiny.iter_mut().zip(vrow) {
+                        *t += crate::ggml_cpu::F16_HALF_SUBNORMAL * f64::from(vv).abs();
+                    }
+                }
             }
-            for o in &mut out[base..base + hd] {
-                *o *= eps;
+            for (o, t) in out[base..base + hd].iter_mut().zip(&tiny) {
+                *o = *o * eps + t;
             }
         }
     }
@@ -1571,7 +1716,18 @@ pub fn isolate_trace(
     file: &GgufFile,
     arith: Arithmetic,
 ) -> Result<IsolationReport, VerifyError> {
+    isolate_trace_with(trace, file, arith, false)
+}
+
+/// [`isolate_trace`], saying whether B (`GgmlCpu`) quantizes with ggml's x86 AVX code.
+pub fn isolate_trace_with(
+    trace: &Trace,
+    file: &GgufFile,
+    arith: Arithmetic,
+    x86_quantizer: bool,
+) -> Result<IsolationReport, VerifyError> {
     let mut iso = Isolator::new(file, &trace.meta.backend, arith)?;
+    iso.set_x86_quantizer(x86_quantizer);
     for st in &trace.steps {
         iso.add_step(st)?;
     }
@@ -1711,5 +1867,29 @@ mod tests {
         assert_eq!(Arithmetic::for_backend("cuda-det"), Arithmetic::Quant8);
         assert_eq!(Profile::for_backends("ref", "cuda-exact"), Profile::Float);
         assert_eq!(Profile::for_backends("ref", "cpu"), Profile::Quant);
+    }
+
+    #[test]
+    fn llama_cpp_traces_declare_ggml_cpu_only_on_the_cpu() {
+        assert_eq!(
+            Arithmetic::for_foreign("llama.cpp", Some("CPU")),
+            Some(Arithmetic::GgmlCpu)
+        );
+        assert_eq!(Arithmetic::for_foreign("llama.cpp", Some("CUDA0")), None);
+        assert_eq!(
+            Arithmetic::for_foreign("llama.cpp", Some("CPU,CUDA0")),
+            None
+        );
+        assert_eq!(Arithmetic::for_foreign("llama.cpp", None), None);
+        assert_eq!(
+            Arithmetic::for_foreign("hf-transformers", None),
+            Some(Arithmetic::Float)
+        );
+        assert_eq!(Arithmetic::parse("ggml-cpu"), Some(Arithmetic::GgmlCpu));
+        assert_eq!(Arithmetic::GgmlCpu.name(), "ggml-cpu");
+        assert_eq!(
+            serde_json::to_string(&Arithmetic::GgmlCpu).ok().as_deref(),
+            Some("\"ggml-cpu\"")
+        );
     }
 }

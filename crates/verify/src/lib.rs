@@ -5,6 +5,7 @@ pub mod check;
 pub mod diff;
 pub mod doctor;
 pub mod foreign;
+pub mod ggml_cpu;
 pub mod isolate;
 pub mod metrics;
 pub mod namemap;

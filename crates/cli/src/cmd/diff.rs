@@ -60,8 +60,8 @@ pub struct DiffArgs {
     /// Skip the isolated-op pass after a DIVERGE verdict.
     #[arg(long)]
     pub no_isolate: bool,
-    /// B's arithmetic for the isolated bounds (`exact`, `quant8`, `float`); default: what B's
-    /// backend name declares.
+    /// B's arithmetic for the isolated bounds (`exact`, `quant8`, `float`, `ggml-cpu`); default:
+    /// what B's backend name (a foreign trace: its metadata) declares.
     #[arg(long)]
     pub arithmetic: Option<String>,
 }
@@ -113,7 +113,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             if args.isolate || (!report.agree() && !args.no_isolate) {
                 let file = open_model(&args.model)?.file;
                 let arith = isolate::arithmetic(args.arithmetic.as_deref(), &b.meta.backend)?;
-                isolation = Some(isolate::from_trace(&b, &file, arith)?);
+                isolation = Some(isolate::from_trace(&b, &file, arith, false)?);
             }
             report
         }

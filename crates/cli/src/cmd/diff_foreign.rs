@@ -60,20 +60,31 @@ pub fn run(args: &DiffArgs, reference: &str, trace: &Path) -> Result<i32> {
     // Isolated-op verdicts: every foreign op recomputed on the reference from the foreign
     // trace's own recorded inputs, so the op that is wrong is named even when errors have
     // accumulated upstream. The bounds follow from the engine's arithmetic: f32 for
-    // transformers (and any engine that declares nothing). llama.cpp's CPU arithmetic (Q8_1 /
-    // Q8_K activations, an f16 GELU table, f16 softmax weights) has no derived bounds yet, so
-    // its traces are isolated only when `--arithmetic` says what to hold them to.
+    // transformers (and any engine that declares nothing), ggml-cpu's for llama.cpp traces
+    // computed by ggml's CPU backend (metadata `ggml_backend` = `CPU`). A llama.cpp trace of
+    // another ggml backend has no derived bounds and is isolated only when `--arithmetic`
+    // says what to hold it to.
     let engine = foreign.trace.meta.backend.clone();
-    let underived = engine.starts_with("llama.cpp") && args.arithmetic.is_none();
+    let declared =
+        lockstep_verify::isolate::Arithmetic::for_foreign(&engine, foreign.ggml_backend.as_deref());
+    let underived = declared.is_none() && args.arithmetic.is_none();
     let wanted = args.isolate || (!report.agree() && !args.no_isolate);
     let isolation = if wanted && underived {
         eprintln!(
-            "note: no isolated-op bounds are derived for {engine}'s arithmetic yet; pass --arithmetic quant8|float to isolate against lockstep's own bounds anyway"
+            "note: no isolated-op bounds are derived for {engine} on ggml backend `{}`; pass --arithmetic ggml-cpu|quant8|float to isolate anyway",
+            foreign.ggml_backend.as_deref().unwrap_or("(not recorded)")
         );
         None
     } else if wanted {
-        let arith = isolate::arithmetic(args.arithmetic.as_deref(), &engine)?;
-        Some(isolate::from_trace(&foreign.trace, &m.file, arith)?)
+        let arith = match (args.arithmetic.as_deref(), declared) {
+            (None, Some(a)) => a,
+            (flag, _) => isolate::arithmetic(flag, &engine)?,
+        };
+        let x86 = foreign
+            .ggml_cpu_features
+            .as_deref()
+            .is_some_and(lockstep_verify::ggml_cpu::x86_avx_quantizer);
+        Some(isolate::from_trace(&foreign.trace, &m.file, arith, x86)?)
     } else {
         None
     };

@@ -4,7 +4,7 @@
 use anyhow::{bail, Result};
 use lockstep_gguf::GgufFile;
 use lockstep_verify::isolate::{
-    isolate_engine, isolate_trace, render_isolation, Arithmetic, IsolationReport,
+    isolate_engine, isolate_trace_with, render_isolation, Arithmetic, IsolationReport,
 };
 use lockstep_verify::{AnyEngine, DiffReport, RunSpec, Trace};
 
@@ -14,13 +14,19 @@ pub fn arithmetic(flag: Option<&str>, backend_b: &str) -> Result<Arithmetic> {
         None => Ok(Arithmetic::for_backend(backend_b)),
         Some(s) => match Arithmetic::parse(s) {
             Some(a) => Ok(a),
-            None => bail!("unknown arithmetic `{s}` (exact, quant8, float)"),
+            None => bail!("unknown arithmetic `{s}` (exact, quant8, float, ggml-cpu)"),
         },
     }
 }
 
 /// Isolates a saved trace of B; the model file must be the one the trace was made with.
-pub fn from_trace(b: &Trace, file: &GgufFile, arith: Arithmetic) -> Result<IsolationReport> {
+/// `x86_quantizer`: B (`ggml-cpu`) quantizes with ggml's x86 AVX code (from its trace).
+pub fn from_trace(
+    b: &Trace,
+    file: &GgufFile,
+    arith: Arithmetic,
+    x86_quantizer: bool,
+) -> Result<IsolationReport> {
     if !b.meta.model_sha256.is_empty() {
         let sha = lockstep_verify::trace::sha256_file(file.path())?;
         if sha != b.meta.model_sha256 {
@@ -32,7 +38,7 @@ pub fn from_trace(b: &Trace, file: &GgufFile, arith: Arithmetic) -> Result<Isola
             );
         }
     }
-    Ok(isolate_trace(b, file, arith)?)
+    Ok(isolate_trace_with(b, file, arith, x86_quantizer)?)
 }
 
 /// Re-runs engine B on the tokens of every step of `whole` and isolates each step.
