@@ -268,7 +268,7 @@ struct AttnDev {
 enum DevInput {
     U32(CudaSlice<u32>),
     F64(CudaSlice<f64>),
-    Attn(AttnDev),
+    Attn(Box<AttnDev>),
 }
 
 struct Staged {
@@ -759,12 +759,12 @@ impl CudaBackend {
             HostInput::Rope { table, .. } => {
                 DevInput::F64(self.upload_room("rope table", table, cap.main)?)
             }
-            HostInput::Attn(p) => DevInput::Attn(AttnDev {
+            HostInput::Attn(p) => DevInput::Attn(Box::new(AttnDev {
                 info: self.upload_room("attention rows", &p.info, cap.info)?,
                 slots: self.upload_room("attention slots", &p.slots, cap.main)?,
                 mask: self.upload_room("attention mask", &p.mask, cap.mask)?,
                 scores: None,
-            }),
+            })),
         })
     }
 
@@ -926,7 +926,7 @@ impl CudaBackend {
     /// Device pointer of a cache (a step graph's kernels write that cache).
     fn cache_id(&self, cache: &CudaKvCache) -> u64 {
         let (p, _sync) = cache.k.device_ptr(&self.stream);
-        p as u64
+        p
     }
 
     fn ensure_scores(&self, n: usize) {
