@@ -229,6 +229,9 @@ pub struct CudaOptions {
     /// of more than [`GEMM_MIN_ROWS`] rows multiplies on the tensor cores (cuBLAS, TF32),
     /// whose results depend on the batch's shape.
     pub deterministic: bool,
+    /// Record and replay decode steps as CUDA graphs (`LOCKSTEP_CUDA_GRAPHS=0` also turns
+    /// them off).
+    pub step_graphs: bool,
 }
 
 impl Default for CudaOptions {
@@ -236,6 +239,7 @@ impl Default for CudaOptions {
         CudaOptions {
             numerics: Numerics::Fast,
             deterministic: false,
+            step_graphs: true,
         }
     }
 }
@@ -435,7 +439,7 @@ impl CudaBackend {
     pub fn with_numerics(numerics: Numerics) -> Result<CudaBackend, BackendError> {
         Self::with_options(CudaOptions {
             numerics,
-            deterministic: false,
+            ..CudaOptions::default()
         })
     }
 
@@ -581,7 +585,8 @@ impl CudaBackend {
             next_id: std::cell::Cell::new(0),
             kernel_origin,
             steps: RefCell::new(Steps {
-                enabled: std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
+                enabled: opts.step_graphs
+                    && std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
                 mode: Mode::Eager,
                 current: None,
                 recorded: Default::default(),

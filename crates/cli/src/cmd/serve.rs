@@ -164,6 +164,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             // Continuous batching changes every step's batch: only batch-invariant kernels
             // keep each request's tokens independent of the others.
             super::trace::set_cuda_deterministic(true);
+            // A precaution, not a fix: at 256 concurrent streams with the cache full
+            // (preemption), this build produced NaN logits near the end of requests
+            // (`bench/serve_gpu.sh`, caught by the non-finite-logits monitor) and it is not yet
+            // known which new piece is the cause; step graphs are the newest and serving is
+            // host-bound anyway (BENCHMARKS.md), so they stay off here until it is
+            // (`LOCKSTEP_CUDA_GRAPHS=1` turns them on, for `bench/serve_diag_gpu.sh`).
+            super::trace::set_cuda_step_graphs(
+                std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_some_and(|v| v == "1"),
+            );
             drop(super::trace::cuda_backend(name)?);
             let name = name.to_string();
             start_on!(super::trace::cuda_backend(&name)?)
