@@ -1,7 +1,8 @@
 #!/bin/bash
-# Which new piece made `bench/serve_gpu.sh` (256 streams, --check, cache full) produce NaN logits:
-# step graphs off / on with the same cache, then graphs on with a cache large enough that
-# nothing is preempted. (Not yet run: the session's device time ran out.)
+# Re-verification of the step-graph fix (`steps::score_room`) under serving: 256 streams with
+# --check, step graphs off (serve's default) and on, with the 32768-token cache of
+# `bench/serve_gpu.sh` (where graphs gave NaN logits before the fix) and a larger one.
+# (Not yet run: the session's device time ran out.)
 set -u
 B=./.device/lockstep
 $B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf 2>&1 | tail -1

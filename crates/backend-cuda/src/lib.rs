@@ -773,6 +773,20 @@ impl CudaBackend {
         })
     }
 
+    /// A recorded step's attention table gets score buffers of its own, as large as `cap` and
+    /// at least as large as this table needs ([`steps::score_room`]): the recording step runs
+    /// its kernels for real, into them.
+    fn own_scores(&self, dev: &mut DevInput, cap: Capacity, host: &HostInput) {
+        if let DevInput::Attn(a) = dev {
+            let n = steps::score_room(cap, host);
+            a.scores = Some(Scores {
+                scores: self.alloc("attention scores", n),
+                exps: self.alloc("attention scores", n),
+                probs: self.alloc("attention scores", n),
+            });
+        }
+    }
+
     /// Rewrites a step's staged table in place (before a capture or a replay).
     fn rewrite_input(&self, s: &mut Staged, host: HostInput) -> Result<(), BackendError> {
         fn put<T: DeviceRepr>(
@@ -850,6 +864,7 @@ impl CudaBackend {
                         st.broken = Some(format!("{kind:?}: two different tables in one step"));
                         if !host.fits(s.cap) {
                             s.dev = self.upload_input(&host, s.cap)?;
+                            self.own_scores(&mut s.dev, s.cap, &host);
                             s.host = host;
                         } else {
                             self.rewrite_input(s, host)?;
@@ -864,14 +879,7 @@ impl CudaBackend {
                     cap = kind.capacity(0, 0);
                 }
                 let mut dev = self.upload_input(&host, cap)?;
-                if let DevInput::Attn(a) = &mut dev {
-                    let n = cap.scores.max(1);
-                    a.scores = Some(Scores {
-                        scores: self.alloc("attention scores", n),
-                        exps: self.alloc("attention scores", n),
-                        probs: self.alloc("attention scores", n),
-                    });
-                }
+                self.own_scores(&mut dev, cap, &host);
                 store.inputs.push(Staged {
                     kind,
                     host,

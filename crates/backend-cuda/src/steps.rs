@@ -147,6 +147,18 @@ impl HostInput {
     }
 }
 
+/// Scores a step's own attention buffers hold: room for any step of the shape (`cap`), and in
+/// every case for this table's own scores, which the recording step writes for real. (A
+/// shape whose buffers would be too large to keep is still recorded once, run eagerly with
+/// its tables at their exact size, then refused: its scores must fit that table.)
+pub fn score_room(cap: Capacity, host: &HostInput) -> usize {
+    let need = match host {
+        HostInput::Attn(p) => p.n_scores,
+        _ => 0,
+    };
+    cap.scores.max(need).max(1)
+}
+
 /// Steps of at most this many rows are recorded and replayed (decode and small batches; a
 /// long prefill is bound by its matmuls, not by launches, and its shape rarely recurs).
 pub const MAX_GRAPH_TOKENS: usize = 64;
@@ -231,6 +243,36 @@ mod tests {
         b2.output_rows = vec![1];
         let e = InputKind::Select { n_rows: 1 }.derive(&b2).unwrap_err();
         assert!(e.to_string().contains("output row 1"), "{e}");
+    }
+
+    /// The recording step of a shape too large to keep (its capacity replaced by the exact
+    /// sizes, `capacity(0, 0)`) still runs its attention for real: its score buffers must hold
+    /// that step's scores. (Sized by the capacity alone they held 1 value, and the kernel wrote
+    /// past them: NaN logits under `serve` at 46+ rows with a 32768-token cache.)
+    #[test]
+    fn a_recording_step_always_has_room_for_its_own_scores() {
+        let kind = InputKind::Attn {
+            n_heads: 9,
+            n_slots: 32768,
+        };
+        let b = decode_batch(&[40, 12], &[(0..41).collect(), (100..113).collect()]);
+        let host = kind.derive(&b).unwrap();
+        let HostInput::Attn(p) = &host else {
+            panic!("attn")
+        };
+        assert_eq!(p.n_scores, 9 * (41 + 13));
+        // Too large to keep: exact sizes, yet room for this step's scores.
+        let exact = kind.capacity(0, 0);
+        assert_eq!(exact.scores, 0);
+        assert_eq!(score_room(exact, &host), p.n_scores);
+        // Kept: the shape's capacity, larger than this step needs.
+        let kept = kind.capacity(2, 2);
+        assert_eq!(score_room(kept, &host), 2 * 9 * 32768);
+        assert_eq!(
+            score_room(exact, &HostInput::U32(vec![1, 2])),
+            1,
+            "non-attention tables have no scores"
+        );
     }
 
     #[test]

@@ -70,7 +70,12 @@ fn check_and_doctor_pass_on_smollm2() {
         .expect("check");
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert_eq!(text.matches("  ok ").count(), 6, "{text}");
+    // Seven invariances, the last the untapped (logits-only) run.
+    assert_eq!(text.matches("  ok ").count(), 7, "{text}");
+    assert!(
+        text.contains("untapped (replayed) steps vs tapped"),
+        "{text}"
+    );
     let out = lockstep()
         .args(["doctor", "smollm2", "-n", "4"])
         .output()

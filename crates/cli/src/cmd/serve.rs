@@ -160,19 +160,21 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         "ref" => start_on!(RefBackend::new()),
         #[cfg(feature = "cuda")]
         name @ ("cuda" | "cuda-exact") => {
-            // Fail here, with the driver's message, rather than inside the engine thread.
             // Continuous batching changes every step's batch: only batch-invariant kernels
             // keep each request's tokens independent of the others.
             super::trace::set_cuda_deterministic(true);
-            // A precaution, not a fix: at 256 concurrent streams with the cache full
-            // (preemption), this build produced NaN logits near the end of requests
-            // (`bench/serve_gpu.sh`, caught by the non-finite-logits monitor) and it is not yet
-            // known which new piece is the cause; step graphs are the newest and serving is
-            // host-bound anyway (BENCHMARKS.md), so they stay off here until it is
-            // (`LOCKSTEP_CUDA_GRAPHS=1` turns them on, for `bench/serve_diag_gpu.sh`).
+            // Step graphs stay off here until re-verified on the GPU: at 256 concurrent streams
+            // this build's first GPU run produced NaN logits (caught by the non-finite-logits
+            // monitor, `bench/serve_gpu.sh`). The cause, found afterwards: the recording step of
+            // a shape whose tables were too large to keep (46+ rows with a 32768-token cache)
+            // ran its attention into 1-value score buffers (`steps::score_room` fixes that, with
+            // a test); the fix has not yet run on a GPU. Serving is host-bound anyway
+            // (BENCHMARKS.md). `LOCKSTEP_CUDA_GRAPHS=1` turns them on
+            // (`bench/serve_diag_gpu.sh`).
             super::trace::set_cuda_step_graphs(
                 std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_some_and(|v| v == "1"),
             );
+            // Fail here, with the driver's message, rather than inside the engine thread.
             drop(super::trace::cuda_backend(name)?);
             let name = name.to_string();
             start_on!(super::trace::cuda_backend(&name)?)
