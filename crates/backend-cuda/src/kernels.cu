@@ -35,6 +35,31 @@ __device__ __forceinline__ float h2f(u16 h) {
 __device__ __forceinline__ u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
 __device__ __forceinline__ float ldh(const u8* p) { return h2f(ld16(p)); }
 
+// One 32-value block of fast numerics' activation quantization (see FAST NUMERICS below), held
+// one value per lane of a full warp: int8 q with the f32 scale d = max|x| / 127 and the integer
+// sum of q. Every kernel that quantizes (quantize_q8_32, and the norms that quantize their own
+// output) runs exactly this, so a fused quantization is bitwise the separate one.
+struct Q8Blk {
+    float d;
+    int s;
+};
+__device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q8Blk* __restrict__ ds,
+                                         size_t blk) {
+    int lane = threadIdx.x & 31;
+    float a = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    float d = a / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    float r = rintf(v * id);
+    int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
+    q[blk * 32 + lane] = (signed char)qi;
+    int s = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) ds[blk] = Q8Blk{d, s};
+}
+
 __constant__ signed char KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                               1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -504,38 +529,81 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
     out[i] = (float)(f * (double)u[i]);
 }
 
-// One block per group of `g` values: f64 sum of squares, scale, times the weight.
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int g, float eps) {
-    __shared__ double part[256];
-    const float* xr = x + (size_t)blockIdx.x * g;
-    double ss = 0.0;
-    for (int j = threadIdx.x; j < g; j += blockDim.x) ss += (double)xr[j] * (double)xr[j];
-    part[threadIdx.x] = ss;
+// RMS norm of groups of `g` values, one block per group, blockDim.x = plan::norm_threads(g) (a
+// function of g alone, so a group's result never depends on how many groups run): thread t
+// sums the squares (f64) of values t, t + blockDim.x, ... in that order, the warps' sums meet
+// in a fixed butterfly, then the warps' in a second; scale = 1 / sqrt(ss / g + eps) in f64; out
+// = (float)(x * scale) * w. Every norm kernel below runs this same code, so fused and separate
+// norms are bitwise equal.
+__device__ __forceinline__ double block_sum_f64(double v) {
+    __shared__ double warp_part[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();  // warp_part may still be read by an earlier call
+    if (lane == 0) warp_part[w] = v;
     __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
-    }
-    double scale = 1.0 / sqrt(part[0] / (double)g + (double)eps);
-    for (int j = threadIdx.x; j < g; j += blockDim.x)
-        out[(size_t)blockIdx.x * g + j] = (float)((double)xr[j] * scale) * w[j];
+    double t = lane < nw ? warp_part[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) t = t + __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
 }
 
-// out = rope(x): one thread per output element. Element d of a head is rotated with its pair
-// by the host's (cos, sin) of the row's position and pair index, or passes through (d >= n_rot).
-// style 0 = adjacent pairs (2i, 2i+1), 1 = halves (i, i + half).
-extern "C" __global__ void rope(const float* x, float* out, const double* cs, int rows, int cols,
-                                int head_dim, int half, int style) {
-    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (idx >= (size_t)rows * cols) return;
-    int r = idx / cols, col = idx % cols;
-    int d = col % head_dim;
-    const float* head = x + idx - d;
-    int n_rot = 2 * half;
-    if (d >= n_rot) {
-        out[idx] = x[idx];
-        return;
+// The norm of one group at `x` (g values) into `out`; with q != null (fast numerics, a group
+// is a whole row of a multiple of 32 values) each warp also quantizes the 32-value blocks it
+// wrote, from the very registers it stored, as quantize_q8_32 would from `out`.
+__device__ __forceinline__ void norm_group(const float* __restrict__ x, const float* __restrict__ w,
+                                           float* __restrict__ out, int g, float eps,
+                                           signed char* __restrict__ q, Q8Blk* __restrict__ ds,
+                                           size_t blk0) {
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < g; j += blockDim.x) ss += (double)x[j] * (double)x[j];
+    ss = block_sum_f64(ss);
+    double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
+    // Whole warps step together (blockDim.x and, with q, g are multiples of 32).
+    for (int j0 = 0; j0 < g; j0 += blockDim.x) {
+        int j = j0 + threadIdx.x;
+        if (q != nullptr) {
+            if (j0 + (threadIdx.x & ~31) >= g) break;
+            float o = (float)((double)x[j] * scale) * w[j];
+            out[j] = o;
+            q8_block(o, q, ds, blk0 + (size_t)(j >> 5));
+        } else if (j < g) {
+            out[j] = (float)((double)x[j] * scale) * w[j];
+        }
     }
+}
+
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int g, float eps,
+                                    signed char* q, Q8Blk* ds) {
+    size_t o = (size_t)blockIdx.x * g;
+    norm_group(x + o, w, out + o, g, eps, q, ds, o >> 5);
+}
+
+// The end of a block, one block of threads per row (g = the row length): b's row post-normed
+// into bn when pw is given, sum = a + (that or b) (the `add` kernel's one f32 add), and the
+// sum's row normed into out when w is given. Each thread reads back only the values it stored
+// itself (norm_group and the sum loop map values to threads alike).
+extern "C" __global__ void residual_norm(const float* a, const float* b, const float* pw, float* bn,
+                                         float* sum, const float* w, float* out, int g, float eps,
+                                         signed char* q, Q8Blk* ds) {
+    size_t o = (size_t)blockIdx.x * g;
+    const float* bb = b + o;
+    if (pw != nullptr) {
+        norm_group(b + o, pw, bn + o, g, eps, nullptr, nullptr, 0);
+        bb = bn + o;
+    }
+    for (int j = threadIdx.x; j < g; j += blockDim.x) sum[o + j] = a[o + j] + bb[j];
+    if (w != nullptr) norm_group(sum + o, w, out + o, g, eps, q, ds, o >> 5);
+}
+
+// Element d of one head rotated with its pair by (cos, sin) = cs[2i], cs[2i + 1] (f64, the
+// host's table for the row's position, pair i), or passed through (d >= n_rot). style 0 =
+// adjacent pairs (2i, 2i+1), 1 = halves (i, i + half). `rope` and `rope_store` both run this.
+__device__ __forceinline__ float rope_elem(const float* head, const double* cs, int d, int half,
+                                           int style) {
+    int n_rot = 2 * half;
+    if (d >= n_rot) return head[d];
     int i, a, b;
     bool first;
     if (style == 0) {
@@ -543,9 +611,66 @@ extern "C" __global__ void rope(const float* x, float* out, const double* cs, in
     } else {
         i = d < half ? d : d - half; a = i; b = i + half; first = d < half;
     }
-    double c = cs[((size_t)r * half + i) * 2], s = cs[((size_t)r * half + i) * 2 + 1];
+    double c = cs[2 * i], s = cs[2 * i + 1];
     double x0 = head[a], x1 = head[b];
-    out[idx] = first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
+    return first ? (float)(x0 * c - x1 * s) : (float)(x0 * s + x1 * c);
+}
+
+// out = rope(x): one thread per output element.
+extern "C" __global__ void rope(const float* x, float* out, const double* cs, int rows, int cols,
+                                int head_dim, int half, int style) {
+    size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)rows * cols) return;
+    int r = idx / cols, col = idx % cols;
+    int d = col % head_dim;
+    out[idx] = rope_elem(x + idx - d, cs + (size_t)r * half * 2, d, half, style);
+}
+
+// Per (row, head slot): slots [0, n_heads) are q heads, then n_kv_heads k heads, then
+// n_kv_heads v heads. A q or k head is normed first when its weight is given (norm_group,
+// written to qn / kn, which the rotation then reads), rotated (rope_elem) into qr / kr, and a
+// k head's rotated values are also stored to the row's cache slot, from the same registers; a v
+// head is copied to the cache. blockDim.x = plan::norm_threads(head_dim), as the separate
+// rms_norm of a head, so every value is bitwise the separate ops'.
+extern "C" __global__ void rope_store(const float* q, const float* k, const float* v,
+                                      const float* qw, const float* kw, float eps, float* qn,
+                                      float* kn, float* qr, float* kr, float* kc, float* vc,
+                                      const u32* slots, size_t base, const double* cs, int n_heads,
+                                      int n_kv_heads, int head_dim, int half, int style,
+                                      int n_rows) {
+    int row = blockIdx.x, hs = blockIdx.y;
+    int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+    bool store = true;
+#ifdef FAULT_KV_SKIP_PREFILL
+    if (n_rows > 1) store = false;  // seeded fault: a prompt's K/V never reach the cache
+#endif
+    size_t dst = (base + slots[row]) * kv_dim;
+    if (hs >= n_heads + n_kv_heads) {
+        int h = hs - n_heads - n_kv_heads;
+        const float* src = v + (size_t)row * kv_dim + (size_t)h * head_dim;
+        if (store)
+            for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+                vc[dst + (size_t)h * head_dim + d] = src[d];
+        return;
+    }
+    bool isq = hs < n_heads;
+    int h = isq ? hs : hs - n_heads;
+    size_t o = (size_t)row * (isq ? q_dim : kv_dim) + (size_t)h * head_dim;
+    const float* src = (isq ? q : k) + o;
+    const float* nw = isq ? qw : kw;
+    if (nw != nullptr) {
+        float* normed = (isq ? qn : kn) + o;
+        norm_group(src, nw, normed, head_dim, eps, nullptr, nullptr, 0);
+        __syncthreads();  // the rotation reads pairs another thread normed
+        src = normed;
+    }
+    const double* c = cs + (size_t)row * half * 2;
+    float* out = (isq ? qr : kr) + o;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float r = rope_elem(src, c, d, half, style);
+        out[d] = r;
+        if (!isq && store) kc[dst + (size_t)h * head_dim + d] = r;
+    }
 }
 
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) {
@@ -740,30 +865,13 @@ extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int row
 // under quant8 and run the exact kernel on x itself.
 // ============================================================================================
 
-struct Q8Blk {
-    float d;
-    int s;
-};
-
 // One warp per 32-block of the activations (n * k / 32 blocks, k a multiple of 32).
 extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed char* __restrict__ q,
                                           Q8Blk* __restrict__ ds, int nblk) {
     int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
-    float v = x[(size_t)blk * 32 + lane];
-    float a = fabsf(v);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    float d = a / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    float r = rintf(v * id);
-    int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
-    q[(size_t)blk * 32 + lane] = (signed char)qi;
-    int s = qi;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) ds[blk] = Q8Blk{d, s};
+    q8_block(x[(size_t)blk * 32 + lane], q, ds, (size_t)blk);
 }
 
 // The quantized activations as the f32 values they stand for (q * d), for the exact kernels of
@@ -1125,6 +1233,13 @@ __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __
     }
 }
 
+template <int TY, bool PAIR>
+__device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* __restrict__ W2,
+                                           const signed char* __restrict__ xq,
+                                           const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                           float* __restrict__ y2, float* __restrict__ y3, int n,
+                                           int k, int m, int r, int act, double cgelu);
+
 // One warp per weight row (blockDim.x / 32 rows per block, grid.x over rows); grid.y strides
 // over tiles of 8 activation rows. A tile short of 8 rows (only the last) runs as 4 + 2 + 1.
 template <int TY, bool PAIR>
@@ -1135,6 +1250,16 @@ __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8
                                               int k, int m, int act, double cgelu) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= m) return;  // a whole warp leaves together: the shuffles stay full-warp
+    fast_tiles<TY, PAIR>(W, W2, xq, xd, y, y2, y3, n, k, m, r, act, cgelu);
+}
+
+// Weight row r against every activation row, in tiles (see mmv_fast_body).
+template <int TY, bool PAIR>
+__device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* __restrict__ W2,
+                                           const signed char* __restrict__ xq,
+                                           const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                           float* __restrict__ y2, float* __restrict__ y3, int n,
+                                           int k, int m, int r, int act, double cgelu) {
     for (int t0 = blockIdx.y * 8; t0 < n; t0 += gridDim.y * 8) {
         int nt = min(8, n - t0), t = t0;
         if (nt == 8) {
@@ -1153,6 +1278,26 @@ __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8
     }
 }
 
+// Up to three weights of one type and row length against the same activations in one launch
+// (q, k and v): grid.x runs over the rows of all three, each warp takes its row of its weight
+// and does exactly what mmv_fast_<id> does for that row.
+template <int TY>
+__device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const u8* __restrict__ W1,
+                                               const u8* __restrict__ W2,
+                                               const signed char* __restrict__ xq,
+                                               const Q8Blk* __restrict__ xd, float* y0, float* y1,
+                                               float* y2, int n, int k, int m0, int m1, int m2) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r < m0) {
+        fast_tiles<TY, false>(W0, nullptr, xq, xd, y0, nullptr, nullptr, n, k, m0, r, 0, 0.0);
+    } else if (r < m0 + m1) {
+        fast_tiles<TY, false>(W1, nullptr, xq, xd, y1, nullptr, nullptr, n, k, m1, r - m0, 0, 0.0);
+    } else if (r < m0 + m1 + m2) {
+        fast_tiles<TY, false>(W2, nullptr, xq, xd, y2, nullptr, nullptr, n, k, m2, r - m0 - m1, 0,
+                              0.0);
+    }
+}
+
 // Per type with a fast kernel: mmv_fast_<id> (matmul) and gate_up_fast_<id> (the fused
 // gate/up/activation: one warp per row of each weight, the same activation rows).
 #define FAST_FOR(TY)                                                                            \
@@ -1165,6 +1310,12 @@ __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8
         gate_up_fast_##TY(const u8* Wg, const u8* Wu, const signed char* xq, const Q8Blk* xd,   \
                           float* g, float* u, float* a, int n, int k, int m, int act, double c) {\
         mmv_fast_body<TY, true>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                      \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        mmv3_fast_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,         \
+                       const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k, int m0,  \
+                       int m1, int m2) {                                                        \
+        mmv3_fast_body<TY>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);                   \
     }
 FAST_FOR(2)
 FAST_FOR(3)

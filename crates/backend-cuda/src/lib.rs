@@ -30,8 +30,8 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
-    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
-    RopeStyle, StepKey, Taps, WeightView,
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, QkRoped,
+    QkvIn, Residual, RopeParams, RopeStyle, StepKey, Taps, WeightView,
 };
 
 pub mod compile;
@@ -206,7 +206,9 @@ struct Kernels {
     scale: CudaFunction,
     act_mul: CudaFunction,
     rms_norm: CudaFunction,
+    residual_norm: CudaFunction,
     rope: CudaFunction,
+    rope_store: CudaFunction,
     gather_rows: CudaFunction,
     kv_store: CudaFunction,
     kv_gather: CudaFunction,
@@ -216,6 +218,8 @@ struct Kernels {
     /// gate/up/activation; the activation quantizer and its values for the other types.
     fast_mm: Vec<(i32, CudaFunction)>,
     fast_gu: Vec<(i32, CudaFunction)>,
+    /// Per type with a fast kernel: up to three weights (q, k, v) in one launch.
+    fast_mm3: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
 }
@@ -368,6 +372,8 @@ pub struct CudaBackend {
     pub kernel_origin: &'static str,
     steps: RefCell<Steps>,
     scores: RefCell<Option<Scores>>,
+    /// Page-locked staging for copies to the host (`host_f32`).
+    pinned: RefCell<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     pool: Arc<Mutex<Pool>>,
     /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
     profile: Option<RefCell<ProfileTable>>,
@@ -514,10 +520,12 @@ impl CudaBackend {
         }
         let mut fast_mm = Vec::new();
         let mut fast_gu = Vec::new();
+        let mut fast_mm3 = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
             fast_mm.push((id as i32, f(&format!("mmv_fast_{id}"))?));
             fast_gu.push((id as i32, f(&format!("gate_up_fast_{id}"))?));
+            fast_mm3.push((id as i32, f(&format!("mmv3_fast_{id}"))?));
         }
         let k = Kernels {
             matmul,
@@ -528,7 +536,9 @@ impl CudaBackend {
             scale: f("scale")?,
             act_mul: f("act_mul")?,
             rms_norm: f("rms_norm")?,
+            residual_norm: f("residual_norm")?,
             rope: f("rope")?,
+            rope_store: f("rope_store")?,
             gather_rows: f("gather_rows")?,
             kv_store: f("kv_store")?,
             kv_gather: f("kv_gather")?,
@@ -536,6 +546,7 @@ impl CudaBackend {
             dequant_rows: f("dequant_rows")?,
             fast_mm,
             fast_gu,
+            fast_mm3,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
         };
@@ -600,6 +611,7 @@ impl CudaBackend {
                 failed: 0,
             }),
             scores: RefCell::new(None),
+            pinned: RefCell::new(None),
             pool: Arc::default(),
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
                 .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
@@ -1013,13 +1025,46 @@ impl CudaBackend {
         }
     }
 
+    /// The first `n` values of `buf` on the host, through a page-locked staging buffer (a
+    /// copy from pageable memory runs several times slower: for a 262144-token vocabulary that
+    /// was a visible share of every decode step).
     fn host_f32(&self, what: &str, buf: &CudaSlice<f32>, n: usize) -> Vec<f32> {
-        let mut v = self
-            .stream
-            .clone_dtoh(buf)
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut pinned = self.pinned.borrow_mut();
+        if pinned.as_ref().is_none_or(|p| p.len() < n) {
+            // SAFETY: page-locked host memory of plain floats; only the prefix the copy below
+            // writes is ever read. Flags 0: cached memory (write-combined would make the host's
+            // reads slow).
+            *pinned = unsafe {
+                self.ctx
+                    .alloc_pinned_with_flags::<f32>(n.next_power_of_two(), 0)
+            }
+            .ok();
+        }
+        let Some(p) = pinned.as_mut() else {
+            // No page-locked memory to be had: the plain copy.
+            let mut v = self
+                .stream
+                .clone_dtoh(buf)
+                .unwrap_or_else(|e| device_failure(what, e));
+            v.truncate(n);
+            return v;
+        };
+        // The staging buffer as a plain slice of exactly n values (a copy moves as many bytes
+        // as its destination holds); page-locked, so the driver copies it asynchronously.
+        let dst = match p.as_mut_slice() {
+            Ok(s) => &mut s[..n],
+            Err(e) => device_failure(what, e),
+        };
+        self.stream
+            .memcpy_dtoh(&buf.slice(..n), dst)
             .unwrap_or_else(|e| device_failure(what, e));
-        v.truncate(n);
-        v
+        self.stream
+            .synchronize()
+            .unwrap_or_else(|e| device_failure(what, e));
+        dst.to_vec()
     }
 
     /// The numerics mode this backend was opened with.
@@ -1041,15 +1086,7 @@ impl CudaBackend {
             k.is_multiple_of(32),
             "quant8 activations: rows of {k} values"
         );
-        let bytes = plan::q8_bytes(n, k);
-        let mut q8 = self.q8.borrow_mut();
-        if q8.as_ref().is_none_or(|b| b.len() < bytes) {
-            // Step graphs point at the old buffer: they are dropped with it. (A capture never
-            // gets here: its recording already grew the buffer to this step's size.)
-            self.drop_step_graphs("quantize_q8");
-            *q8 = Some(self.alloc::<u8>("quantize_q8", bytes.max(1).next_power_of_two()));
-        }
-        self.q8_of.set(None);
+        let mut q8 = self.q8_room(n, k);
         let Some(buf) = q8.as_mut() else {
             unreachable!("allocated above")
         };
@@ -1071,6 +1108,169 @@ impl CudaBackend {
         // q8_bytes(n, k) (8 bytes per block, 8-aligned since n * k is a multiple of 32).
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("quantize_q8", e));
         self.q8_of.set(Some(x.id));
+    }
+
+    /// Stages the (cos, sin) table of `positions` for rope parameters `p` and returns its kind.
+    /// The table is a function of the positions: computed only when they changed.
+    fn stage_rope_table(
+        &self,
+        positions: &[u32],
+        p: RopeParams,
+    ) -> Result<InputKind, BackendError> {
+        let kind = InputKind::Rope {
+            n_rot: p.n_rot,
+            base_bits: p.base.to_bits(),
+        };
+        let known = {
+            let st = self.steps.borrow();
+            let list = match (st.mode, st.current.as_ref()) {
+                (Mode::Record | Mode::Capture, Some(store)) => &store.inputs,
+                _ => &st.eager,
+            };
+            list.iter()
+                .find(|s| s.kind == kind)
+                .and_then(|s| match &s.host {
+                    HostInput::Rope { positions: ps, .. } if ps == positions => {
+                        Some(s.host.clone())
+                    }
+                    _ => None,
+                })
+        };
+        let host = known.unwrap_or_else(|| HostInput::Rope {
+            positions: positions.to_vec(),
+            table: plan::rope_table(positions, p.n_rot, p.base),
+        });
+        self.stage(kind, host)?;
+        Ok(kind)
+    }
+
+    /// What `kv_store` checks before it writes: shapes, the layer, every slot.
+    fn check_kv_store(
+        &self,
+        cache: &CudaKvCache,
+        layer: usize,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
+        let l = cache.layout;
+        let d = l.kv_dim;
+        if k.cols != d || v.cols != d || k.rows != batch.slots.len() || v.rows != k.rows {
+            return Err(BackendError::Kv(format!(
+                "kv_store: K [{}, {}] / V [{}, {}] for {} slots of width {d}",
+                k.rows,
+                k.cols,
+                v.rows,
+                v.cols,
+                batch.slots.len()
+            )));
+        }
+        if layer >= l.n_layers {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} outside the cache ({} layers)",
+                l.n_layers
+            )));
+        }
+        if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= l.n_slots()) {
+            return Err(BackendError::Kv(format!(
+                "layer {layer} slot {s} outside the cache ({} layers x {} slots)",
+                l.n_layers,
+                l.n_slots()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The quantized-activation buffer with room for `n` rows of `k`, its contents forgotten
+    /// (the caller is about to overwrite them).
+    fn q8_room(&self, n: usize, k: usize) -> std::cell::RefMut<'_, Option<CudaSlice<u8>>> {
+        let bytes = plan::q8_bytes(n, k);
+        let mut q8 = self.q8.borrow_mut();
+        if q8.as_ref().is_none_or(|b| b.len() < bytes) {
+            // Step graphs point at the old buffer: they are dropped with it. (A capture never
+            // gets here: its recording already grew the buffer to this step's size.)
+            self.drop_step_graphs("quantize_q8");
+            *q8 = Some(self.alloc::<u8>("quantize_q8", bytes.max(1).next_power_of_two()));
+        }
+        self.q8_of.set(None);
+        q8
+    }
+
+    /// Whether a norm of `n` rows of `k` values in groups of `g` quantizes its output for the
+    /// matmul that follows (fast numerics, whole rows of 32-value blocks, and a step the
+    /// quantized kernels will run rather than the tensor-core GEMM).
+    fn norm_quantizes(&self, n: usize, k: usize, g: usize) -> bool {
+        self.numerics == Numerics::Fast
+            && g == k
+            && k.is_multiple_of(32)
+            && n > 0
+            && !(self.gemm.is_some() && n >= GEMM_MIN_ROWS)
+    }
+
+    /// Launch geometry of the norm kernels (`rms_norm`, `add_rms_norm`): a block per group.
+    fn norm_cfg(groups: usize, g: usize) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (groups as u32, 1, 1),
+            block_dim: (plan::norm_threads(g), 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// `matmul` of one activation against up to three weights of one type with a fast kernel
+    /// and one row length, in one launch (each product bitwise what `matmul_fast` gives).
+    fn matmul_fast_multi(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Vec<CudaTensor> {
+        let (n, k) = (x.rows, x.cols);
+        let Some((_, f)) = self.k.fast_mm3.iter().find(|(id, _)| *id == ws[0].desc.id) else {
+            unreachable!("callers check the type has a fast kernel")
+        };
+        assert!(ws.len() <= 3 && ws.iter().all(|w| w.cols == k && w.desc == ws[0].desc));
+        let mut outs: Vec<CudaSlice<f32>> = ws
+            .iter()
+            .map(|w| self.alloc_f32("matmul", n * w.rows))
+            .collect();
+        let m: Vec<i32> = (0..3)
+            .map(|i| ws.get(i).map_or(0, |w| w.rows as i32))
+            .collect();
+        let total: usize = ws.iter().map(|w| w.rows).sum();
+        if n > 0 && total > 0 {
+            self.quantize_q8(x);
+            let q8 = self.q8.borrow();
+            let Some(buf) = q8.as_ref() else {
+                unreachable!("quantize_q8 allocates it")
+            };
+            let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
+            let (gx, gy) = plan::fast_grid(n, total);
+            let (ni, ki) = (n as i32, k as i32);
+            let null = 0u64;
+            let mut b = self.stream.launch_builder(f);
+            for i in 0..3 {
+                match ws.get(i) {
+                    Some(w) => b.arg(&w.data),
+                    None => b.arg(&null),
+                };
+            }
+            b.arg(&qv).arg(&dv);
+            for o in outs.iter_mut() {
+                b.arg(o);
+            }
+            for _ in ws.len()..3 {
+                b.arg(&null);
+            }
+            b.arg(&ni).arg(&ki).arg(&m[0]).arg(&m[1]).arg(&m[2]);
+            let cfg = LaunchConfig {
+                grid_dim: (gx, gy, 1),
+                block_dim: (plan::FAST_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: each weight has m_i rows of k encoded values and its output n x m_i
+            // floats; missing weights have m_i = 0 and are never touched; the quantized
+            // activations are n x k with their block table.
+            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
+        }
+        outs.into_iter()
+            .zip(ws)
+            .map(|(o, w)| self.tensor("matmul", o, n, w.rows))
+            .collect()
     }
 
     /// `matmul` in fast numerics, for a quantized weight type.
@@ -1653,20 +1853,262 @@ impl Backend for CudaBackend {
         let v = self.vector(weight, "rms_norm");
         let groups = x.rows * x.cols / g;
         let mut out = self.alloc_f32("rms_norm", x.rows * x.cols);
+        let quant = self.norm_quantizes(x.rows, x.cols, g);
         if groups > 0 {
             let gi = g as i32;
+            let null = 0u64;
+            let nk = x.rows * x.cols;
+            let mut q8 = quant.then(|| self.q8_room(x.rows, x.cols));
+            let mut parts = q8
+                .as_mut()
+                .and_then(|b| b.as_mut())
+                .map(|b| b.split_at_mut(nk));
             let mut b = self.stream.launch_builder(&self.k.rms_norm);
             b.arg(x.buf()).arg(v).arg(&mut out).arg(&gi).arg(&eps);
-            let cfg = LaunchConfig {
-                grid_dim: (groups as u32, 1, 1),
-                // The kernel's reduction assumes a power of two <= 256.
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
+            match parts.as_mut() {
+                Some((q, d)) => b.arg(q).arg(d),
+                None => b.arg(&null).arg(&null),
             };
-            // SAFETY: one block per group of g values; weight has g values.
-            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("rms_norm", e));
+            // SAFETY: one block per group of g values; weight has g values; the quantized
+            // buffer (when given) has room for q8_bytes(rows, cols).
+            unsafe { b.launch(Self::norm_cfg(groups, g)) }
+                .unwrap_or_else(|e| device_failure("rms_norm", e));
         }
-        self.tensor("rms_norm", out, x.rows, x.cols)
+        let t = self.tensor("rms_norm", out, x.rows, x.cols);
+        if quant {
+            self.q8_of.set(Some(t.id));
+        }
+        t
+    }
+
+    fn residual_norm(
+        &self,
+        a: &CudaTensor,
+        b: &CudaTensor,
+        post: Option<&CudaWeight>,
+        next: Option<&CudaWeight>,
+        eps: f32,
+    ) -> Residual<CudaTensor> {
+        let row = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == a.cols);
+        if !row(post) || !row(next) || (post.is_none() && next.is_none()) {
+            // Norms of groups within a row, or a plain add: the separate ops.
+            let post = post.map(|w| self.rms_norm(b, w, eps));
+            let sum = self.add(a, post.as_ref().unwrap_or(b));
+            let normed = next.map(|w| self.rms_norm(&sum, w, eps));
+            return Residual { post, sum, normed };
+        }
+        assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
+        let (n, k) = (a.rows, a.cols);
+        let mut bn = post.map(|_| self.alloc_f32("rms_norm", n * k));
+        let mut sum = self.alloc_f32("add", n * k);
+        let mut out = next.map(|_| self.alloc_f32("rms_norm", n * k));
+        let quant = next.is_some() && self.norm_quantizes(n, k, k);
+        if n > 0 {
+            let gi = k as i32;
+            let null = 0u64;
+            let mut q8 = quant.then(|| self.q8_room(n, k));
+            let mut parts = q8
+                .as_mut()
+                .and_then(|b| b.as_mut())
+                .map(|b| b.split_at_mut(n * k));
+            let mut l = self.stream.launch_builder(&self.k.residual_norm);
+            l.arg(a.buf()).arg(b.buf());
+            match post {
+                Some(w) => l.arg(self.vector(w, "rms_norm")),
+                None => l.arg(&null),
+            };
+            match bn.as_mut() {
+                Some(o) => l.arg(o),
+                None => l.arg(&null),
+            };
+            l.arg(&mut sum);
+            match next {
+                Some(w) => l.arg(self.vector(w, "rms_norm")),
+                None => l.arg(&null),
+            };
+            match out.as_mut() {
+                Some(o) => l.arg(o),
+                None => l.arg(&null),
+            };
+            l.arg(&gi).arg(&eps);
+            match parts.as_mut() {
+                Some((q, d)) => l.arg(q).arg(d),
+                None => l.arg(&null).arg(&null),
+            };
+            // SAFETY: a, b, and every output are n x k, one block per row; the weights have k
+            // values (checked); the quantized buffer (when given) has room for q8_bytes(n, k).
+            unsafe { l.launch(Self::norm_cfg(n, k)) }
+                .unwrap_or_else(|e| device_failure("residual_norm", e));
+        }
+        let post = bn.map(|o| self.tensor("rms_norm", o, n, k));
+        let sum = self.tensor("add", sum, n, k);
+        let normed = out.map(|o| self.tensor("rms_norm", o, n, k));
+        if let Some(t) = normed.as_ref().filter(|_| quant) {
+            self.q8_of.set(Some(t.id));
+        }
+        Residual { post, sum, normed }
+    }
+
+    fn matmul_qkv(
+        &self,
+        x: &CudaTensor,
+        wq: &CudaWeight,
+        wk: &CudaWeight,
+        wv: &CudaWeight,
+    ) -> (CudaTensor, CudaTensor, CudaTensor) {
+        let n = x.rows;
+        let one_launch = |w: &CudaWeight| {
+            self.numerics == Numerics::Fast
+                && w.cols == x.cols
+                && plan::FAST.iter().any(|t| t.id() as i32 == w.desc.id)
+                && !(self.gemm.is_some() && n >= GEMM_MIN_ROWS)
+        };
+        if !one_launch(wq) || !one_launch(wk) || wq.desc != wk.desc {
+            return (self.matmul(x, wq), self.matmul(x, wk), self.matmul(x, wv));
+        }
+        if one_launch(wv) && wv.desc == wq.desc {
+            let mut o = self.matmul_fast_multi(x, &[wq, wk, wv]).into_iter();
+            let (Some(q), Some(k), Some(v)) = (o.next(), o.next(), o.next()) else {
+                unreachable!("three weights, three products")
+            };
+            return (q, k, v);
+        }
+        // v of another type (Q4_K_M files keep some layers' v in Q6_K): q and k together.
+        let mut o = self.matmul_fast_multi(x, &[wq, wk]).into_iter();
+        let (Some(q), Some(k)) = (o.next(), o.next()) else {
+            unreachable!("two weights, two products")
+        };
+        (q, k, self.matmul(x, wv))
+    }
+
+    fn rope_store(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        qkv: QkvIn<'_, Self>,
+        positions: &[u32],
+        p: RopeParams,
+        batch: &Batch,
+    ) -> Result<QkRoped<CudaTensor>, BackendError> {
+        let QkvIn {
+            q,
+            k,
+            v,
+            q_norm,
+            k_norm,
+            eps,
+        } = qkv;
+        let hd = p.head_dim;
+        let l = cache.layout;
+        let head_norm = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == hd);
+        let fits = hd > 0
+            && p.n_rot <= hd
+            && q.cols.is_multiple_of(hd)
+            && k.cols == l.kv_dim
+            && v.cols == l.kv_dim
+            && k.cols.is_multiple_of(hd)
+            && q.rows == k.rows
+            && v.rows == k.rows
+            && positions.len() == q.rows
+            && head_norm(q_norm)
+            && head_norm(k_norm);
+        if !fits || q.rows == 0 {
+            // Shapes the fused kernel does not take (or nothing to do): the separate ops,
+            // which check and report every mismatch.
+            let q_normed = q_norm.map(|w| self.rms_norm(q, w, eps));
+            let k_normed = k_norm.map(|w| self.rms_norm(k, w, eps));
+            let q_rope = self.rope(q_normed.as_ref().unwrap_or(q), positions, p);
+            let k_rope = self.rope(k_normed.as_ref().unwrap_or(k), positions, p);
+            self.kv_store(cache, layer, &k_rope, v, batch)?;
+            return Ok(QkRoped {
+                q_norm: q_normed,
+                k_norm: k_normed,
+                q: q_rope,
+                k: k_rope,
+            });
+        }
+        self.check_kv_store(cache, layer, k, v, batch)?;
+        let (rows, n_heads, n_kv_heads) = (q.rows, q.cols / hd, k.cols / hd);
+        let half = p.n_rot / 2;
+        let rope_kind = self.stage_rope_table(positions, p)?;
+        let slots_kind = InputKind::KvSlots {
+            n_slots: l.n_slots(),
+        };
+        self.stage(slots_kind, HostInput::U32(batch.slots.clone()))?;
+        let mut q_normed = q_norm.map(|_| self.alloc_f32("rms_norm", q.rows * q.cols));
+        let mut k_normed = k_norm.map(|_| self.alloc_f32("rms_norm", k.rows * k.cols));
+        let mut q_rope = self.alloc_f32("rope", q.rows * q.cols);
+        let mut k_rope = self.alloc_f32("rope", k.rows * k.cols);
+        let base = layer * l.n_slots();
+        let null = 0u64;
+        let (nh, nkh, hdi, hi, ri) = (
+            n_heads as i32,
+            n_kv_heads as i32,
+            hd as i32,
+            half as i32,
+            rows as i32,
+        );
+        let style: i32 = match p.style {
+            RopeStyle::Norm => 0,
+            RopeStyle::Neox => 1,
+        };
+        self.with_input(rope_kind, |table| {
+            self.with_input(slots_kind, |slots| -> Result<(), BackendError> {
+                let (DevInput::F64(table), DevInput::U32(slots)) = (table, slots) else {
+                    unreachable!("a rope table is f64, slots are u32")
+                };
+                let mut b = self.stream.launch_builder(&self.k.rope_store);
+                b.arg(q.buf()).arg(k.buf()).arg(v.buf());
+                match q_norm {
+                    Some(w) => b.arg(self.vector(w, "rope_store")),
+                    None => b.arg(&null),
+                };
+                match k_norm {
+                    Some(w) => b.arg(self.vector(w, "rope_store")),
+                    None => b.arg(&null),
+                };
+                b.arg(&eps);
+                match q_normed.as_mut() {
+                    Some(o) => b.arg(o),
+                    None => b.arg(&null),
+                };
+                match k_normed.as_mut() {
+                    Some(o) => b.arg(o),
+                    None => b.arg(&null),
+                };
+                b.arg(&mut q_rope)
+                    .arg(&mut k_rope)
+                    .arg(&mut cache.k)
+                    .arg(&mut cache.v)
+                    .arg(slots)
+                    .arg(&base)
+                    .arg(table)
+                    .arg(&nh)
+                    .arg(&nkh)
+                    .arg(&hdi)
+                    .arg(&hi)
+                    .arg(&style)
+                    .arg(&ri);
+                let cfg = LaunchConfig {
+                    grid_dim: (rows as u32, (n_heads + 2 * n_kv_heads) as u32, 1),
+                    block_dim: (plan::norm_threads(hd), 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: q is rows x (n_heads * hd), k and v rows x kv_dim, the norm weights
+                // hd values (checked above), the outputs as their inputs; the layer and every
+                // slot were checked against the cache; the table has rows x half pairs.
+                unsafe { b.launch(cfg) }
+                    .map(|_| ())
+                    .map_err(|e| BackendError::Kv(format!("cuda rope_store: {e}")))
+            })
+        })?;
+        self.mark("kv_store");
+        Ok(QkRoped {
+            q_norm: q_normed.map(|o| self.tensor("rms_norm", o, q.rows, q.cols)),
+            k_norm: k_normed.map(|o| self.tensor("rms_norm", o, k.rows, k.cols)),
+            q: self.tensor("rope", q_rope, q.rows, q.cols),
+            k: self.tensor("rope", k_rope, k.rows, k.cols),
+        })
     }
 
     fn add(&self, a: &CudaTensor, b: &CudaTensor) -> CudaTensor {
@@ -1733,31 +2175,8 @@ impl Backend for CudaBackend {
         if n == 0 {
             return self.tensor("rope", out, x.rows, x.cols);
         }
-        let kind = InputKind::Rope {
-            n_rot: p.n_rot,
-            base_bits: p.base.to_bits(),
-        };
-        // The table is a function of the positions: computed only when they changed.
-        let known = {
-            let st = self.steps.borrow();
-            let list = match (st.mode, st.current.as_ref()) {
-                (Mode::Record | Mode::Capture, Some(store)) => &store.inputs,
-                _ => &st.eager,
-            };
-            list.iter()
-                .find(|s| s.kind == kind)
-                .and_then(|s| match &s.host {
-                    HostInput::Rope { positions: ps, .. } if ps == positions => {
-                        Some(s.host.clone())
-                    }
-                    _ => None,
-                })
-        };
-        let host = known.unwrap_or_else(|| HostInput::Rope {
-            positions: positions.to_vec(),
-            table: plan::rope_table(positions, p.n_rot, p.base),
-        });
-        self.stage(kind, host)
+        let kind = self
+            .stage_rope_table(positions, p)
             .unwrap_or_else(|e| device_failure("rope", e));
         let (r, c, hd, h) = (x.rows as i32, x.cols as i32, p.head_dim as i32, half as i32);
         let style: i32 = match p.style {
@@ -1825,31 +2244,9 @@ impl Backend for CudaBackend {
         v: &CudaTensor,
         batch: &Batch,
     ) -> Result<(), BackendError> {
+        self.check_kv_store(cache, layer, k, v, batch)?;
         let l = cache.layout;
         let d = l.kv_dim;
-        if k.cols != d || v.cols != d || k.rows != batch.slots.len() || v.rows != k.rows {
-            return Err(BackendError::Kv(format!(
-                "kv_store: K [{}, {}] / V [{}, {}] for {} slots of width {d}",
-                k.rows,
-                k.cols,
-                v.rows,
-                v.cols,
-                batch.slots.len()
-            )));
-        }
-        if layer >= l.n_layers {
-            return Err(BackendError::Kv(format!(
-                "layer {layer} outside the cache ({} layers)",
-                l.n_layers
-            )));
-        }
-        if let Some(&s) = batch.slots.iter().find(|&&s| s as usize >= l.n_slots()) {
-            return Err(BackendError::Kv(format!(
-                "layer {layer} slot {s} outside the cache ({} layers x {} slots)",
-                l.n_layers,
-                l.n_slots()
-            )));
-        }
         if batch.slots.is_empty() {
             return Ok(());
         }

@@ -112,6 +112,14 @@ pub fn q8_bytes(n: usize, k: usize) -> usize {
     n * k + n * (k / 32) * 8
 }
 
+/// Threads of the block that norms one group of `g` values (kernels.cu `norm_group`): about
+/// four values a thread, a power of two from one warp to 1024. A function of `g` alone, so a
+/// group's summation order never depends on the batch, and the fused norms (`add_rms_norm`,
+/// the per-head norms in `rope_store`) use the same count as the separate `rms_norm`.
+pub fn norm_threads(g: usize) -> u32 {
+    (g.div_ceil(4).next_power_of_two()).clamp(32, 1024) as u32
+}
+
 /// Blocks of `threads` covering `n` elements.
 pub fn blocks_for(n: usize, threads: u32) -> u32 {
     (n as u32).div_ceil(threads).max(1)
@@ -346,6 +354,27 @@ mod tests {
         assert_eq!(t[5], 7f64.sin());
         assert_eq!(t[6], (7.0 * f1).cos());
         assert_eq!(t[7], (7.0 * f1).sin());
+    }
+
+    #[test]
+    fn norm_blocks_are_whole_warps_of_a_few_values_each() {
+        for (g, t) in [
+            (64, 32),
+            (128, 32),
+            (256, 64),
+            (576, 256),
+            (640, 256),
+            (2048, 512),
+        ] {
+            assert_eq!(norm_threads(g), t, "group of {g}");
+        }
+        assert_eq!(norm_threads(4096), 1024);
+        assert_eq!(norm_threads(16384), 1024);
+        assert_eq!(norm_threads(1), 32);
+        for g in 1..5000 {
+            let t = norm_threads(g) as usize;
+            assert!(t.is_multiple_of(32) && t <= 1024 && t.is_power_of_two());
+        }
     }
 
     #[test]

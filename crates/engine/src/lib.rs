@@ -360,6 +360,13 @@ impl<B: Backend> Engine<B> {
             }
         }
         let v = logits.cols();
+        if let [r] = out_ranges.as_slice() {
+            if r.start == 0 && r.len() == logits.rows() {
+                // One sequence wants every output row: hand the tensor over (a vocabulary-wide
+                // copy per step is measurable in decode).
+                return Ok(vec![logits]);
+            }
+        }
         Ok(out_ranges
             .into_iter()
             .map(|r| HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec()))

@@ -91,6 +91,33 @@ pub struct StepKey {
     pub n_outputs: usize,
 }
 
+/// The inputs of [`Backend::rope_store`]: the projections and the optional per-head norms.
+pub struct QkvIn<'a, B: Backend + ?Sized> {
+    pub q: &'a B::Tensor,
+    pub k: &'a B::Tensor,
+    pub v: &'a B::Tensor,
+    pub q_norm: Option<&'a B::Weight>,
+    pub k_norm: Option<&'a B::Weight>,
+    pub eps: f32,
+}
+
+/// The outputs of [`Backend::residual_norm`]: the post-normed block output (when there was a
+/// post norm), the new residual stream, and its norm (when asked for).
+pub struct Residual<T> {
+    pub post: Option<T>,
+    pub sum: T,
+    pub normed: Option<T>,
+}
+
+/// The outputs of [`Backend::rope_store`]: the normed q and k (when there were norms) and the
+/// rotated q and k (what attention and the cache consumed).
+pub struct QkRoped<T> {
+    pub q_norm: Option<T>,
+    pub k_norm: Option<T>,
+    pub q: T,
+    pub k: T,
+}
+
 /// Ops a backend provides. Activations are 2-D `[rows, cols]` (one row per batch token).
 ///
 /// Every op is deterministic: the same inputs give bitwise the same outputs regardless of how
@@ -191,6 +218,68 @@ pub trait Backend {
         let u = self.matmul(x, up);
         let a = self.act_mul(&g, &u, act);
         (g, u, a)
+    }
+    /// The q, k and v projections of one input in one op (a backend may run them in one
+    /// launch); each product bitwise what `matmul` gives, which is what this default does.
+    fn matmul_qkv(
+        &self,
+        x: &Self::Tensor,
+        wq: &Self::Weight,
+        wk: &Self::Weight,
+        wv: &Self::Weight,
+    ) -> (Self::Tensor, Self::Tensor, Self::Tensor) {
+        (self.matmul(x, wq), self.matmul(x, wk), self.matmul(x, wv))
+    }
+    /// The end of a block in one op: the block's output `b`, post-normed when `post` is given
+    /// (Gemma), added to the residual stream `a`, and the sum normed by `next` when given (the
+    /// next block's input norm, or the output norm). Each output bitwise what `rms_norm` and
+    /// `add` give, which is what this default does.
+    fn residual_norm(
+        &self,
+        a: &Self::Tensor,
+        b: &Self::Tensor,
+        post: Option<&Self::Weight>,
+        next: Option<&Self::Weight>,
+        eps: f32,
+    ) -> Residual<Self::Tensor> {
+        let post = post.map(|w| self.rms_norm(b, w, eps));
+        let sum = self.add(a, post.as_ref().unwrap_or(b));
+        let normed = next.map(|w| self.rms_norm(&sum, w, eps));
+        Residual { post, sum, normed }
+    }
+    /// Everything between the q/k/v projections and attention, in one op: the optional
+    /// per-head norms of q and k, their rotary embedding, and the store of the rotated k and of
+    /// v into the cache (`kv_store`). Each output, and what reaches the cache, bitwise what the
+    /// separate ops give (this default); a fused backend writes every intermediate it returns
+    /// from the registers the next stage consumed.
+    fn rope_store(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        qkv: QkvIn<'_, Self>,
+        positions: &[u32],
+        p: RopeParams,
+        batch: &Batch,
+    ) -> Result<QkRoped<Self::Tensor>, BackendError> {
+        let QkvIn {
+            q,
+            k,
+            v,
+            q_norm,
+            k_norm,
+            eps,
+        } = qkv;
+        let q_normed = q_norm.map(|w| self.rms_norm(q, w, eps));
+        let k_normed = k_norm.map(|w| self.rms_norm(k, w, eps));
+        let q_rope = self.rope(q_normed.as_ref().unwrap_or(q), positions, p);
+        let k_rope = self.rope(k_normed.as_ref().unwrap_or(k), positions, p);
+        self.kv_store(cache, layer, &k_rope, v, batch)?;
+        Ok(QkRoped {
+            q_norm: q_normed,
+            k_norm: k_normed,
+            q: q_rope,
+            k: k_rope,
+        })
     }
     /// Rotary embedding of every head of every row, row `i` at `positions[i]`.
     fn rope(&self, x: &Self::Tensor, positions: &[u32], p: RopeParams) -> Self::Tensor;

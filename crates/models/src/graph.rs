@@ -1,7 +1,9 @@
 //! The forward pass. One function for every supported architecture: read it top to bottom
 //! like llama2.c's `forward`, with a tap after every op.
 
-use lockstep_graph::{AttentionParams, Backend, Batch, HostTensor, RopeParams, StepKey, Taps};
+use lockstep_graph::{
+    AttentionParams, Backend, Batch, HostTensor, QkvIn, RopeParams, StepKey, Taps,
+};
 
 use crate::config::ModelConfig;
 use crate::weights::Model;
@@ -68,15 +70,22 @@ fn forward_ops<B: Backend>(
         taps.emit("inp_scaled", || b.to_host(&x));
     }
 
+    // Each layer's attention norm is made by the op that ends the layer before it (the
+    // residual add and the norm in one op, which a backend may fuse); the first one here.
+    let mut next_norm = model
+        .layers
+        .first()
+        .map(|w| b.rms_norm(&x, &w.attn_norm, cfg.rms_eps));
+    let mut out_norm = None;
     for (il, w) in model.layers.iter().enumerate() {
         let local = cfg.is_local_layer(il);
 
         // Attention.
-        let h = b.rms_norm(&x, &w.attn_norm, cfg.rms_eps);
+        let Some(h) = next_norm.take() else {
+            unreachable!("made before the loop and at the end of every layer but the last")
+        };
         taps.emit_layer(il, "attn_norm", || b.to_host(&h));
-        let mut q = b.matmul(&h, &w.wq);
-        let mut k = b.matmul(&h, &w.wk);
-        let mut v = b.matmul(&h, &w.wv);
+        let (mut q, mut k, mut v) = b.matmul_qkv(&h, &w.wq, &w.wk, &w.wv);
         if let Some(bq) = &w.bq {
             q = b.add_bias(&q, bq);
         }
@@ -89,14 +98,6 @@ fn forward_ops<B: Backend>(
         taps.emit_layer(il, "q", || b.to_host(&q));
         taps.emit_layer(il, "k", || b.to_host(&k));
         taps.emit_layer(il, "v", || b.to_host(&v));
-        if let Some(qn) = &w.q_norm {
-            q = b.rms_norm(&q, qn, cfg.rms_eps);
-            taps.emit_layer(il, "q_norm", || b.to_host(&q));
-        }
-        if let Some(kn) = &w.k_norm {
-            k = b.rms_norm(&k, kn, cfg.rms_eps);
-            taps.emit_layer(il, "k_norm", || b.to_host(&k));
-        }
         let rope = RopeParams {
             style: cfg.rope_style,
             head_dim: cfg.head_dim,
@@ -107,12 +108,25 @@ fn forward_ops<B: Backend>(
                 cfg.rope_base
             },
         };
-        let q = b.rope(&q, positions, rope);
+        // Per-head norms, rotation and the K/V store: one op a backend may fuse.
+        let qkv = QkvIn {
+            q: &q,
+            k: &k,
+            v: &v,
+            q_norm: w.q_norm.as_ref(),
+            k_norm: w.k_norm.as_ref(),
+            eps: cfg.rms_eps,
+        };
+        let roped = b.rope_store(cache, il, qkv, positions, rope, batch)?;
+        if let Some(qn) = &roped.q_norm {
+            taps.emit_layer(il, "q_norm", || b.to_host(qn));
+        }
+        if let Some(kn) = &roped.k_norm {
+            taps.emit_layer(il, "k_norm", || b.to_host(kn));
+        }
+        let q = roped.q;
         taps.emit_layer(il, "q_rope", || b.to_host(&q));
-        let k = b.rope(&k, positions, rope);
-        taps.emit_layer(il, "k_rope", || b.to_host(&k));
-
-        b.kv_store(cache, il, &k, &v, batch)?;
+        taps.emit_layer(il, "k_rope", || b.to_host(&roped.k));
         let attn = AttentionParams {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
@@ -122,37 +136,72 @@ fn forward_ops<B: Backend>(
         };
         let kqv = b.attention(cache, il, &q, batch, attn, taps)?;
         taps.emit_layer(il, "kqv", || b.to_host(&kqv));
-        let mut attn_out = b.matmul(&kqv, &w.wo);
+        let attn_out = b.matmul(&kqv, &w.wo);
         taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));
-        if let Some(pn) = &w.post_attn_norm {
-            attn_out = b.rms_norm(&attn_out, pn, cfg.rms_eps);
-            taps.emit_layer(il, "attn_post_norm", || b.to_host(&attn_out));
+        // The optional post norm, the residual add and the feed-forward norm: one op.
+        let r = b.residual_norm(
+            &x,
+            &attn_out,
+            w.post_attn_norm.as_ref(),
+            Some(&w.ffn_norm),
+            cfg.rms_eps,
+        );
+        if let Some(p) = &r.post {
+            taps.emit_layer(il, "attn_post_norm", || b.to_host(p));
         }
-        let ffn_inp = b.add(&x, &attn_out);
+        let ffn_inp = r.sum;
         taps.emit_layer(il, "ffn_inp", || b.to_host(&ffn_inp));
 
         // Feed-forward.
-        let h = b.rms_norm(&ffn_inp, &w.ffn_norm, cfg.rms_eps);
+        let Some(h) = r.normed else {
+            unreachable!("residual_norm norms the sum when asked")
+        };
         taps.emit_layer(il, "ffn_norm", || b.to_host(&h));
         // gate, up and the activation: one op that a backend may fuse.
         let (gate, up, act) = b.gate_up_act(&h, &w.ffn_gate, &w.ffn_up, cfg.activation);
         taps.emit_layer(il, "ffn_gate", || b.to_host(&gate));
         taps.emit_layer(il, "ffn_up", || b.to_host(&up));
         taps.emit_layer(il, "ffn_act", || b.to_host(&act));
-        let mut ffn_out = b.matmul(&act, &w.ffn_down);
+        let ffn_out = b.matmul(&act, &w.ffn_down);
         taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
-        if let Some(pn) = &w.post_ffn_norm {
-            ffn_out = b.rms_norm(&ffn_out, pn, cfg.rms_eps);
-            taps.emit_layer(il, "ffn_post_norm", || b.to_host(&ffn_out));
+        // The optional post norm, the residual add, and the norm that follows: the next
+        // layer's attention norm, or after the last layer the output norm when every row goes
+        // to the head (decode), so the head's input needs no row selection.
+        let last = il + 1 == model.layers.len();
+        let all_rows = batch.output_rows.iter().copied().eq(0..batch.n_tokens());
+        let next = match model.layers.get(il + 1) {
+            Some(n) => Some(&n.attn_norm),
+            None if all_rows => Some(&model.output_norm),
+            None => None,
+        };
+        let r = b.residual_norm(
+            &ffn_inp,
+            &ffn_out,
+            w.post_ffn_norm.as_ref(),
+            next,
+            cfg.rms_eps,
+        );
+        if let Some(p) = &r.post {
+            taps.emit_layer(il, "ffn_post_norm", || b.to_host(p));
         }
-        x = b.add(&ffn_inp, &ffn_out);
+        x = r.sum;
         taps.emit_layer(il, "l_out", || b.to_host(&x));
+        if last {
+            out_norm = r.normed;
+        } else {
+            next_norm = r.normed;
+        }
     }
 
     // Only the rows whose logits are wanted go through the head: for a long prompt that is
     // one row instead of hundreds of vocabulary-wide products.
-    let x = b.select_rows(&x, &batch.output_rows);
-    let h = b.rms_norm(&x, &model.output_norm, cfg.rms_eps);
+    let h = match out_norm {
+        Some(h) => h,
+        None => {
+            let x = b.select_rows(&x, &batch.output_rows);
+            b.rms_norm(&x, &model.output_norm, cfg.rms_eps)
+        }
+    };
     taps.emit("result_norm", || b.to_host(&h));
     let head = model.output.as_ref().unwrap_or(&model.token_embd);
     Ok(b.matmul(&h, head))

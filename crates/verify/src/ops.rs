@@ -18,7 +18,7 @@ use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
     Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
-    RopeParams, RopeStyle, Taps, WeightView,
+    QkvIn, RopeParams, RopeStyle, Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
 use serde::Serialize;
@@ -193,6 +193,8 @@ struct Harness<'b, B: Backend> {
     b: &'b B,
     r: RefBackend,
     arith: Arithmetic,
+    /// The backend's name (which declares, with `arith`, how its cache stores K/V).
+    name: String,
     filter: TapFilter,
     cases: Vec<OpCase>,
     rng: Rng,
@@ -507,6 +509,306 @@ impl<'b, B: Backend> Harness<'b, B> {
                     );
                 }
             }
+            // The end of a block in one op: the optional post norm of b, the residual add,
+            // the optional norm of the sum; each stage against the reference on B's own input.
+            if self.wants("residual_norm", "-") {
+                let mut ws = Vec::new();
+                for _ in 0..2 {
+                    let w: Vec<f32> = (0..c).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+                    if let Ok(w) = self.weight(GgmlType::F32, 1, c, &w) {
+                        ws.push(w);
+                    }
+                }
+                if ws.len() == 2 {
+                    for (post, next) in [(false, true), (true, true), (true, false)] {
+                        let label = format!(
+                            "{shape}{}{}",
+                            if post { ", post norm" } else { "" },
+                            if next { ", norm" } else { "" }
+                        );
+                        let r = self.b.residual_norm(
+                            &ba,
+                            &bb,
+                            post.then_some(&ws[0].0),
+                            next.then_some(&ws[1].0),
+                            1e-6,
+                        );
+                        let op = "residual_norm";
+                        let addend = match (&r.post, post) {
+                            (Some(p), true) => {
+                                let got = self.b.to_host(p);
+                                let exp = self.r.rms_norm(&rb, &ws[0].1, 1e-6);
+                                let bound = norm_bound(arith, c);
+                                self.record(op, format!("{label}: post"), "F32", &exp, &got, bound);
+                                got
+                            }
+                            (None, false) => rb.clone(),
+                            _ => {
+                                self.error(
+                                    op,
+                                    label,
+                                    "F32",
+                                    "post norm output wrong".into(),
+                                    false,
+                                );
+                                continue;
+                            }
+                        };
+                        let gs = self.b.to_host(&r.sum);
+                        let es = self.r.add(&ra, &addend);
+                        self.record(
+                            op,
+                            format!("{label}: sum"),
+                            "F32",
+                            &es,
+                            &gs,
+                            rounding_bound(arith),
+                        );
+                        match (&r.normed, next) {
+                            (Some(t), true) => {
+                                let got = self.b.to_host(t);
+                                let exp = self.r.rms_norm(&gs, &ws[1].1, 1e-6);
+                                let bound = norm_bound(arith, c);
+                                self.record(op, format!("{label}: norm"), "F32", &exp, &got, bound);
+                            }
+                            (None, false) => {}
+                            _ => self.error(op, label, "F32", "norm output wrong".into(), false),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// q, k and v projections of one input in one op (`matmul_qkv`): each product checked as
+    /// `matmul` checks it; v also of another type than q and k (as in Q4_K_M files).
+    fn qkv_case(&mut self, tys: [GgmlType; 3], n: usize, k: usize) {
+        let op = "matmul_qkv";
+        let names = format!("{}/{}/{}", tys[0].name(), tys[1].name(), tys[2].name());
+        if !self.wants(op, tys[0].name()) {
+            return;
+        }
+        let ms = [96usize, 32, 32];
+        let shape = format!("x [{n}, {k}], q/k/v [{}|{}|{}, {k}]", ms[0], ms[1], ms[2]);
+        let mut ws = Vec::new();
+        for (&ty, &m) in tys.iter().zip(&ms) {
+            let data: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+            match self.weight(ty, m, k, &data) {
+                Ok(w) => ws.push(w),
+                Err(e) => return self.error(op, shape, &names, e, true),
+            }
+        }
+        let xdata = self.rng.activations(n, k);
+        let (bx, rx) = match self.upload(n, k, &xdata) {
+            Ok(x) => x,
+            Err(e) => return self.error(op, shape, &names, e.to_string(), false),
+        };
+        let (q, kk, v) = self.b.matmul_qkv(&bx, &ws[0].0, &ws[1].0, &ws[2].0);
+        let got = [self.b.to_host(&q), self.b.to_host(&kk), self.b.to_host(&v)];
+        for (i, ((_, rw), got)) in ws.iter().zip(&got).enumerate() {
+            let xq = if quantizes(self.arith, tys[i]) {
+                quantize_q8_f32(&rx)
+            } else {
+                rx.clone()
+            };
+            let exp = self.r.matmul(&xq, rw);
+            let bound = matmul_bound(self.arith, &column_squares(&rw.data, k), &xq, &exp);
+            let which = ["q", "k", "v"][i];
+            self.record(op, format!("{shape}: {which}"), &names, &exp, got, bound);
+        }
+    }
+
+    /// Per-head norms, rotation and the K/V store in one op (`rope_store`): the normed and
+    /// rotated q and k as `rms_norm` and `rope` (each on B's own input to it), and the cache
+    /// read back through attention's `k_read` / `v_read` taps: exactly the rotated k B
+    /// returned and v.
+    fn rope_store_cases(&mut self) {
+        let op = "rope_store";
+        if !self.wants(op, "-") {
+            return;
+        }
+        let kv_f16 = kv_cache_f16(self.arith, &self.name);
+        for (style, hd, n_rot, nh, nkv, norms, rows) in [
+            (
+                RopeStyle::Norm,
+                64usize,
+                64usize,
+                4usize,
+                2usize,
+                false,
+                1usize,
+            ),
+            (RopeStyle::Neox, 64, 64, 3, 1, false, 5),
+            (RopeStyle::Neox, 128, 64, 4, 4, false, 3),
+            (RopeStyle::Neox, 256, 256, 4, 1, true, 1),
+            (RopeStyle::Neox, 64, 64, 2, 1, true, 6),
+        ] {
+            let (q_dim, kv_dim) = (nh * hd, nkv * hd);
+            let shape = format!(
+                "{rows} rows, {nh}q/{nkv}kv heads x {hd} {style:?} n_rot {n_rot}{}",
+                if norms { ", q/k norms" } else { "" }
+            );
+            let qd = self.rng.activations(rows, q_dim);
+            let kd = self.rng.activations(rows, kv_dim);
+            let vd = self.rng.activations(rows, kv_dim);
+            let (Ok((bq, rq)), Ok((bk, rk)), Ok((bv, rv))) = (
+                self.upload(rows, q_dim, &qd),
+                self.upload(rows, kv_dim, &kd),
+                self.upload(rows, kv_dim, &vd),
+            ) else {
+                self.error(op, shape, "-", "inputs not uploaded".into(), false);
+                continue;
+            };
+            let mut nw = Vec::new();
+            for _ in 0..2 {
+                let w: Vec<f32> = (0..hd).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+                match self.weight(GgmlType::F32, 1, hd, &w) {
+                    Ok(w) => nw.push(w),
+                    Err(e) => return self.error(op, shape, "-", e, true),
+                }
+            }
+            // One sequence at positions 3.. (after a 3-token history), slots permuted.
+            let first_pos = 3u32;
+            let n_kv = first_pos as usize + rows;
+            let block = 4usize;
+            let layout = KvLayout {
+                n_layers: 2,
+                n_blocks: n_kv.div_ceil(block) + 2,
+                block_size: block,
+                kv_dim,
+            };
+            let mut perm: Vec<u32> = (0..(layout.n_slots()) as u32).collect();
+            for i in (1..perm.len()).rev() {
+                let j = self.rng.below(i + 1);
+                perm.swap(i, j);
+            }
+            let slots: Vec<u32> = perm[..n_kv].to_vec();
+            let positions: Vec<u32> = (0..rows as u32).map(|i| first_pos + i).collect();
+            let mut batch = Batch::default();
+            batch.seqs.push(BatchSeq {
+                first_row: 0,
+                n_rows: rows,
+                first_pos,
+                kv_slots: slots.clone(),
+                mask: None,
+            });
+            for (i, &p) in positions.iter().enumerate() {
+                batch.tokens.push(0);
+                batch.positions.push(p);
+                batch.slots.push(slots[first_pos as usize + i]);
+            }
+            let p = RopeParams {
+                style,
+                head_dim: hd,
+                n_rot,
+                base: 10_000.0,
+            };
+            let run = || -> Result<_, BackendError> {
+                let mut cache = self.b.alloc_kv(layout)?;
+                let qkv = QkvIn {
+                    q: &bq,
+                    k: &bk,
+                    v: &bv,
+                    q_norm: norms.then_some(&nw[0].0),
+                    k_norm: norms.then_some(&nw[1].0),
+                    eps: 1e-6,
+                };
+                let out = self
+                    .b
+                    .rope_store(&mut cache, 1, qkv, &positions, p, &batch)?;
+                let attn = AttentionParams {
+                    n_heads: nh,
+                    n_kv_heads: nkv,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    window: None,
+                };
+                let mut rec = Recorder::new();
+                self.b
+                    .attention(&cache, 1, &out.q, &batch, attn, &mut Taps::new(&mut rec))?;
+                Ok((out, rec))
+            };
+            let (out, rec) = match run() {
+                Ok(x) => x,
+                Err(e) => {
+                    self.error(op, shape, "-", e.to_string(), false);
+                    continue;
+                }
+            };
+            // Each stage against the reference on B's own input to that stage.
+            let mut rope_in = [rq.clone(), rk.clone()];
+            for (i, (normed, rin)) in [&out.q_norm, &out.k_norm]
+                .into_iter()
+                .zip([&rq, &rk])
+                .enumerate()
+            {
+                let which = ["q", "k"][i];
+                match (normed, norms) {
+                    (Some(t), true) => {
+                        let got = self.b.to_host(t);
+                        let exp = self.r.rms_norm(rin, &nw[i].1, 1e-6);
+                        let b = norm_bound(self.arith, hd);
+                        self.record(op, format!("{shape}: {which}_norm"), "-", &exp, &got, b);
+                        rope_in[i] = got;
+                    }
+                    (None, false) => {}
+                    _ => self.error(
+                        op,
+                        shape.clone(),
+                        "-",
+                        format!("{which}_norm missing or unasked"),
+                        false,
+                    ),
+                }
+            }
+            let got_q = self.b.to_host(&out.q);
+            let got_k = self.b.to_host(&out.k);
+            let eq = self.r.rope(&rope_in[0], &positions, p);
+            let ek = self.r.rope(&rope_in[1], &positions, p);
+            self.record(
+                op,
+                format!("{shape}: q_rope"),
+                "-",
+                &eq,
+                &got_q,
+                rope_bound(self.arith),
+            );
+            self.record(
+                op,
+                format!("{shape}: k_rope"),
+                "-",
+                &ek,
+                &got_k,
+                rope_bound(self.arith),
+            );
+            // The cache rows of the new tokens: the last `rows` keys of the sequence.
+            let round = |v: &[f32]| -> Vec<f32> {
+                if kv_f16 {
+                    v.iter()
+                        .map(|&x| lockstep_quant::fp16_to_f32(lockstep_quant::f32_to_fp16(x)))
+                        .collect()
+                } else {
+                    v.to_vec()
+                }
+            };
+            for (tap, stored) in [("k_read", &got_k), ("v_read", &rv)] {
+                let Some(t) = rec.get(&format!("blk.1.{tap}")) else {
+                    self.error(op, shape.clone(), "-", format!("no {tap} tap"), false);
+                    continue;
+                };
+                let got = HostTensor::matrix(
+                    rows,
+                    kv_dim,
+                    t.data[first_pos as usize * kv_dim..].to_vec(),
+                );
+                let exp = HostTensor::matrix(rows, kv_dim, round(&stored.data));
+                let b = if kv_f16 {
+                    kv_f16_bound(&stored.data)
+                } else {
+                    0.0
+                };
+                self.record(op, format!("{shape}: cache {tap}"), "-", &exp, &got, b);
+            }
         }
     }
 
@@ -804,6 +1106,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         b,
         r: RefBackend::new(),
         arith,
+        name: name.to_string(),
         filter: TapFilter::parse(filter),
         cases: Vec::new(),
         rng: Rng(0x5eed_0b5e),
@@ -846,8 +1149,22 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
             );
         }
     }
+    for tys in [
+        [GgmlType::Q4_0; 3],
+        [GgmlType::Q4_1; 3],
+        [GgmlType::Q8_0; 3],
+        [GgmlType::Q4K; 3],
+        [GgmlType::Q4K, GgmlType::Q4K, GgmlType::Q6K],
+        [GgmlType::Q6K, GgmlType::Q5K, GgmlType::Q6K],
+        [GgmlType::F32; 3],
+    ] {
+        for n in [1usize, 3] {
+            h.qkv_case(tys, n, 256);
+        }
+    }
     h.elementwise_cases();
     h.rope_cases();
+    h.rope_store_cases();
     {
         let kv_f16 = kv_cache_f16(arith, name);
         let cases: [AttnCase<'static>; 6] = [

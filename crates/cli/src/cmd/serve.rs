@@ -163,17 +163,11 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             // Continuous batching changes every step's batch: only batch-invariant kernels
             // keep each request's tokens independent of the others.
             super::trace::set_cuda_deterministic(true);
-            // Step graphs stay off here until re-verified on the GPU: at 256 concurrent streams
-            // this build's first GPU run produced NaN logits (caught by the non-finite-logits
-            // monitor, `bench/serve_gpu.sh`). The cause, found afterwards: the recording step of
-            // a shape whose tables were too large to keep (46+ rows with a 32768-token cache)
-            // ran its attention into 1-value score buffers (`steps::score_room` fixes that, with
-            // a test); the fix has not yet run on a GPU. Serving is host-bound anyway
-            // (BENCHMARKS.md). `LOCKSTEP_CUDA_GRAPHS=1` turns them on
-            // (`bench/serve_diag_gpu.sh`).
-            super::trace::set_cuda_step_graphs(
-                std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_some_and(|v| v == "1"),
-            );
+            // Step graphs on (the backend's default; `LOCKSTEP_CUDA_GRAPHS=0` turns them off).
+            // Session 5's GPU run found NaN logits at 256 streams with graphs on: the recording
+            // step of a shape too large to keep ran its attention into 1-value score buffers.
+            // Fixed by `steps::score_room`; `bench/serve_diag_gpu.sh` (256 streams, `--check`,
+            // 32768- and 131072-token caches) then ran with 0 errors and 0 differing replies.
             // Fail here, with the driver's message, rather than inside the engine thread.
             drop(super::trace::cuda_backend(name)?);
             let name = name.to_string();

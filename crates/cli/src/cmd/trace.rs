@@ -183,7 +183,7 @@ pub fn cuda_backend(name: &str) -> Result<lockstep_backend_cuda::CudaBackend> {
     Ok(CudaBackend::with_options(CudaOptions {
         numerics,
         deterministic: CUDA_DETERMINISTIC.load(std::sync::atomic::Ordering::Relaxed),
-        step_graphs: CUDA_STEP_GRAPHS.load(std::sync::atomic::Ordering::Relaxed),
+        step_graphs: true,
     })?)
 }
 
@@ -204,13 +204,6 @@ pub fn reported_backend_name(name: &str) -> String {
     } else {
         name.into()
     }
-}
-
-/// Whether the CUDA backend replays decode steps as graphs (`serve` turns them off, see there).
-static CUDA_STEP_GRAPHS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-pub fn set_cuda_step_graphs(on: bool) {
-    CUDA_STEP_GRAPHS.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
 pub fn set_cuda_deterministic(on: bool) {
