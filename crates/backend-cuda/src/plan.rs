@@ -215,6 +215,106 @@ pub fn attention_plan(
     Ok(p)
 }
 
+/// Threads of a tiled attention block (`ATT_T_THREADS` in kernels.cu).
+pub const ATT_TILE_THREADS: usize = 256;
+/// The most row-heads one tiled attention block holds (`ATT_T_MAX_RH`).
+pub const ATT_TILE_MAX_RH: usize = 64;
+/// The most f64 output accumulators one thread holds (`ATT_T_ACC`).
+pub const ATT_TILE_ACC: usize = 16;
+/// Dynamic shared memory a tiled attention block may take: 48 KiB (no opt-in) less the
+/// kernel's static per-row-head tables (2.5 KiB) and some slack.
+pub const ATT_TILE_SMEM: usize = 44 * 1024;
+/// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 4 rows.
+pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
+
+/// Launch geometry of the tiled attention kernels (`attention_tile` for heads of up to 256
+/// values, `attention_tile_wide` up to 512). Only speed depends on it: every (row, head) gets
+/// the same arithmetic whatever the tiling, so any choice keeps results bitwise equal and
+/// batch-invariant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnTile {
+    /// Batch rows per block (a tile's rows are processed in runs of one sequence).
+    pub tile_rows: usize,
+    /// Query heads per block, all of one KV head (a group larger than this is split).
+    pub heads: usize,
+    /// Keys staged in shared memory at a time.
+    pub chunk: usize,
+    /// Whether the wide kernel (heads of more than 256 values) runs.
+    pub wide: bool,
+    /// x: row tiles; y: KV heads x head sub-groups.
+    pub grid: (u32, u32),
+    pub smem_bytes: u32,
+}
+
+/// Floats per staged K/V or q row in the tiled kernel (`att_stride`): 16-byte aligned, padded
+/// by 4 so the rows' float4 reads spread over the banks.
+pub fn att_stride(head_dim: usize) -> usize {
+    head_dim.div_ceil(4) * 4 + 4
+}
+
+/// Dynamic shared memory of a tiled attention block: `chunk` K/V rows, then a region holding
+/// `rh` q rows or `rh x chunk` f64 probabilities (16-byte rounded), then `chunk` slots.
+pub fn attention_tile_smem(head_dim: usize, rh: usize, chunk: usize) -> usize {
+    let stride = att_stride(head_dim);
+    let region = (rh * stride * 4).max(rh * chunk * 8).div_ceil(16) * 16;
+    chunk * stride * 4 + region + chunk * 4
+}
+
+/// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `max_tile_rows`
+/// caps the rows per tile (0: no cap; a tuning knob). The caller checked
+/// `1 <= head_dim <= 512` and that the KV heads divide the heads.
+pub fn attention_tile(
+    n_rows: usize,
+    n_seqs: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    max_tile_rows: usize,
+) -> AttnTile {
+    let group = (n_heads / n_kv_heads.max(1)).max(1);
+    let wide = head_dim > ATT_TILE_THREADS;
+    // Pass 2: a thread holds `nd` elements of `ceil(rh / rg)` row-heads.
+    let (dw, nd) = if wide {
+        (ATT_TILE_THREADS, 2)
+    } else {
+        (head_dim.max(1), 1)
+    };
+    let rg = ATT_TILE_THREADS / dw;
+    let rh_max = (ATT_TILE_ACC / nd * rg).min(ATT_TILE_MAX_RH);
+    let heads = group.min(rh_max);
+    let n_sub = group.div_ceil(heads);
+    let per_seq = n_rows / n_seqs.max(1);
+    let cap = if max_tile_rows == 0 {
+        usize::MAX
+    } else {
+        max_tile_rows
+    };
+    let mut tile_rows = 1;
+    while tile_rows * 2 <= per_seq && tile_rows * 2 * heads <= rh_max && tile_rows * 2 <= cap {
+        tile_rows *= 2;
+    }
+    let blocks = |t: usize| n_rows.div_ceil(t) * n_kv_heads * n_sub;
+    while tile_rows > 4 && blocks(tile_rows) < ATT_TILE_TARGET_BLOCKS {
+        tile_rows /= 2;
+    }
+    let rh = tile_rows * heads;
+    let mut chunk = 256;
+    while chunk > 8 && attention_tile_smem(head_dim, rh, chunk) > ATT_TILE_SMEM {
+        chunk /= 2;
+    }
+    AttnTile {
+        tile_rows,
+        heads,
+        chunk,
+        wide,
+        grid: (
+            n_rows.div_ceil(tile_rows).max(1) as u32,
+            (n_kv_heads * n_sub) as u32,
+        ),
+        smem_bytes: attention_tile_smem(head_dim, rh, chunk) as u32,
+    }
+}
+
 /// `(cos, sin)` of every (row, pair) for rotary embedding, interleaved, computed exactly as
 /// the reference does (f64 `powf` and `sin_cos` on the host).
 pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
@@ -334,6 +434,47 @@ mod tests {
         };
         b.seqs[0].mask = Some(vec![true, true]);
         assert!(attention_plan(&b, 1, 1, 16).is_err());
+    }
+
+    #[test]
+    fn attention_tiles_fit_the_kernel_for_every_head_shape() {
+        for hd in 1..=512 {
+            for (nh, nkv) in [(1, 1), (9, 3), (32, 8), (4, 1), (64, 1), (128, 2), (8, 8)] {
+                for (rows, seqs) in [(1, 1), (7, 7), (512, 1), (100, 1), (37, 3), (2048, 1)] {
+                    let t = attention_tile(rows, seqs, nh, nkv, hd, 0);
+                    let rh = t.tile_rows * t.heads;
+                    assert!(rh <= ATT_TILE_MAX_RH, "{hd} {nh}/{nkv} {rows}: {t:?}");
+                    let (dw, nd) = if hd > 256 { (256, 2) } else { (hd, 1) };
+                    let rg = ATT_TILE_THREADS / dw;
+                    assert!(rh.div_ceil(rg) * nd <= ATT_TILE_ACC, "{hd}: {t:?}");
+                    assert!(t.smem_bytes as usize <= ATT_TILE_SMEM, "{hd}: {t:?}");
+                    assert!(t.chunk >= 8 && t.chunk.is_power_of_two());
+                    assert_eq!(t.wide, hd > 256);
+                    // Every row and every head is covered.
+                    assert!(t.grid.0 as usize * t.tile_rows >= rows);
+                    let group = nh / nkv;
+                    assert_eq!(t.grid.1 as usize, nkv * group.div_ceil(t.heads));
+                    assert!(t.heads >= 1 && t.heads <= group);
+                }
+            }
+        }
+        // Decode: one row per sequence, one row a tile, a whole KV group a block.
+        let t = attention_tile(256, 256, 9, 3, 64, 0);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 3, (256, 3)));
+        // Prefill of 512 rows (SmolLM2's heads): tiles shrink to give the SMs work.
+        let t = attention_tile(512, 1, 9, 3, 64, 0);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (4, 3, (128, 3)));
+        assert_eq!(attention_tile(512, 1, 9, 3, 64, 2).tile_rows, 2);
+        // Llama 1B: 8 KV heads of 4; gemma3 1B: one KV head of 4 heads of 256.
+        let t = attention_tile(512, 1, 32, 8, 64, 0);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (8, 4, (64, 8)));
+        let t = attention_tile(512, 1, 4, 1, 256, 0);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (4, 4, (128, 1)));
+        // A group too large for one block is split.
+        let t = attention_tile(1, 1, 64, 1, 128, 0);
+        assert_eq!((t.heads, t.grid.1), (32, 2));
+        assert_eq!(att_stride(64), 68);
+        assert_eq!(att_stride(66), 72);
     }
 
     #[test]
