@@ -718,7 +718,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 // host may choose any tiling. Block: ATT_T_THREADS threads; dynamic shared memory (the host's
 // `plan::attention_tile` sizes it): `chunk` K/V rows of `att_stride(head_dim)` floats, then a
 // region holding either the run's q rows (pass 1) or its staged probabilities (pass 2), then
-// `chunk` slots.
+// two buffers of `chunk` slots.
 #define ATT_T_THREADS 256
 #define ATT_T_MAX_RH 64
 #define ATT_T_ACC 16
@@ -801,16 +801,19 @@ __device__ __forceinline__ void attention_tile_body(
             int rh = i / head_dim, d = i - rh * head_dim;
             qs[rh * stride + d] = q[(size_t)m_row[rh] * q_dim + (size_t)m_h[rh] * head_dim + d];
         }
-        // Pass 1: scores, a chunk of K rows at a time.
-        for (int c0 = tlo; c0 <= thi; c0 += chunk) {
+        // Pass 1: scores, a chunk of K rows at a time. The slots are double-buffered: a chunk's
+        // K rows load together with the next chunk's slots (one memory round trip a chunk).
+        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
+        __syncthreads();
+        for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
             int nc = min(thi + 1 - c0, chunk);
-            __syncthreads();
-            for (int j = tid; j < nc; j += ATT_T_THREADS) s_slot[j] = slots[soff + c0 + j];
-            __syncthreads();
+            const u32* cs = s_slot + buf * chunk;
             for (int i = tid; i < nc * head_dim; i += ATT_T_THREADS) {
                 int j = i / head_dim, d = i - j * head_dim;
-                kvs[j * stride + d] = kc[(base + s_slot[j]) * kv_dim + (size_t)kh * head_dim + d];
+                kvs[j * stride + d] = kc[(base + cs[j]) * kv_dim + (size_t)kh * head_dim + d];
             }
+            for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
+                s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
             __syncthreads();
             for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
                 int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
@@ -843,8 +846,8 @@ __device__ __forceinline__ void attention_tile_body(
                 }
                 scores[m_off[rh] + j] = s;
             }
+            __syncthreads();  // the chunk's K rows are spent; after the last, every score is written
         }
-        __syncthreads();  // every score of the run is written (read back below)
         // Max over [lo, hi], then exps there: one warp per row-head.
         for (int rh = warp; rh < nrh; rh += ATT_T_THREADS / 32) {
             size_t off = m_off[rh];
@@ -875,6 +878,7 @@ __device__ __forceinline__ void attention_tile_body(
             for (; j <= hi; j++) sum += exps[off + j];
             m_sum[rh] = sum;
         }
+        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
         __syncthreads();
         // Probabilities outside each row-head's [lo, hi]: 0 / sum (the exps there are 0).
         for (int i = tid; i < nrh * n_kv; i += ATT_T_THREADS) {
@@ -886,10 +890,15 @@ __device__ __forceinline__ void attention_tile_body(
         double acc[ATT_T_ACC];
 #pragma unroll
         for (int a = 0; a < ATT_T_ACC; a++) acc[a] = 0.0;
-        for (int c0 = tlo; c0 <= thi; c0 += chunk) {
+        for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
             int nc = min(thi + 1 - c0, chunk);
-            __syncthreads();  // the last chunk's V rows and probabilities (and the q rows) are spent
-            for (int j = tid; j < nc; j += ATT_T_THREADS) s_slot[j] = slots[soff + c0 + j];
+            const u32* cs = s_slot + buf * chunk;
+            for (int i = tid; i < nc * head_dim; i += ATT_T_THREADS) {
+                int j = i / head_dim, d = i - j * head_dim;
+                kvs[j * stride + d] = vc[(base + cs[j]) * kv_dim + (size_t)kh * head_dim + d];
+            }
+            for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
+                s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
             for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
                 int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
                 double p = -0.0;
@@ -901,11 +910,6 @@ __device__ __forceinline__ void attention_tile_body(
                     if (e != 0.0) p = pr;
                 }
                 ps[rh * chunk + jj] = p;
-            }
-            __syncthreads();
-            for (int i = tid; i < nc * head_dim; i += ATT_T_THREADS) {
-                int j = i / head_dim, d = i - j * head_dim;
-                kvs[j * stride + d] = vc[(base + s_slot[j]) * kv_dim + (size_t)kh * head_dim + d];
             }
             __syncthreads();
             if (rg < RG) {
@@ -930,6 +934,7 @@ __device__ __forceinline__ void attention_tile_body(
                     }
                 }
             }
+            __syncthreads();  // the chunk's V rows and probabilities are spent
         }
         if (rg < RG) {
 #pragma unroll

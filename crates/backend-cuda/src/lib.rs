@@ -214,6 +214,8 @@ struct Kernels {
     /// The tiled attention (`plan::attention_tile`), heads of up to 256 and 512 values.
     attention_tile: CudaFunction,
     attention_tile_wide: CudaFunction,
+    /// Dynamic shared memory a one-row (decode) tiled attention block may take.
+    attention_one_row_smem: usize,
     dequant_rows: CudaFunction,
     /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
     /// gate/up/activation; the activation quantizer and its values for the other types.
@@ -522,6 +524,8 @@ impl CudaBackend {
             fast_mm.push((id as i32, f(&format!("mmv_fast_{id}"))?));
             fast_gu.push((id as i32, f(&format!("gate_up_fast_{id}"))?));
         }
+        let attention_tile = f("attention_tile")?;
+        let attention_tile_wide = f("attention_tile_wide")?;
         let k = Kernels {
             matmul,
             gate_up,
@@ -536,8 +540,12 @@ impl CudaBackend {
             kv_store: f("kv_store")?,
             kv_gather: f("kv_gather")?,
             attention: f("attention")?,
-            attention_tile: f("attention_tile")?,
-            attention_tile_wide: f("attention_tile_wide")?,
+            attention_one_row_smem: attention_smem_optin(
+                &ctx,
+                &[&attention_tile, &attention_tile_wide],
+            ),
+            attention_tile,
+            attention_tile_wide,
             dequant_rows: f("dequant_rows")?,
             fast_mm,
             fast_gu,
@@ -1955,6 +1963,7 @@ impl Backend for CudaBackend {
                     p.n_kv_heads,
                     hd,
                     max_tile_rows,
+                    self.k.attention_one_row_smem,
                 );
                 let func = if row_kernel {
                     &self.k.attention
@@ -2045,6 +2054,30 @@ impl Backend for CudaBackend {
             Ok(())
         })?;
         Ok(self.tensor("attention", out, q.rows, q_dim))
+    }
+}
+
+/// The dynamic shared memory a one-row tiled attention block may take: more than a block gets
+/// without opting in ([`plan::attention_one_row_smem`]) where the device allows it and the
+/// kernels accept the attribute, else [`plan::ATT_TILE_SMEM`].
+fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
+    use cudarc::driver::sys::{CUdevice_attribute_enum as D, CUfunction_attribute_enum as F};
+    let optin = ctx
+        .attribute(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .unwrap_or(0);
+    let want = plan::attention_one_row_smem(usize::try_from(optin).unwrap_or(0));
+    let Ok(attr) = i32::try_from(want) else {
+        return plan::ATT_TILE_SMEM;
+    };
+    if want > plan::ATT_TILE_SMEM
+        && funcs.iter().all(|f| {
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, attr)
+                .is_ok()
+        })
+    {
+        want
+    } else {
+        plan::ATT_TILE_SMEM
     }
 }
 

@@ -224,6 +224,11 @@ pub const ATT_TILE_ACC: usize = 16;
 /// Dynamic shared memory a tiled attention block may take: 48 KiB (no opt-in) less the
 /// kernel's static per-row-head tables (2.5 KiB) and some slack.
 pub const ATT_TILE_SMEM: usize = 44 * 1024;
+/// Dynamic shared memory a one-row tile (decode) may take where the device lets a block opt in
+/// to it (larger chunks: fewer memory round trips in the latency-bound decode).
+pub const ATT_TILE_SMEM_ONE_ROW: usize = 144 * 1024;
+/// Static shared memory of a tiled attention block (its per-row-head tables), kept free.
+pub const ATT_TILE_STATIC_SMEM: usize = 3 * 1024;
 /// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 4 rows.
 pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
 
@@ -253,16 +258,27 @@ pub fn att_stride(head_dim: usize) -> usize {
 }
 
 /// Dynamic shared memory of a tiled attention block: `chunk` K/V rows, then a region holding
-/// `rh` q rows or `rh x chunk` f64 probabilities (16-byte rounded), then `chunk` slots.
+/// `rh` q rows or `rh x chunk` f64 probabilities (16-byte rounded), then two buffers of
+/// `chunk` slots.
 pub fn attention_tile_smem(head_dim: usize, rh: usize, chunk: usize) -> usize {
     let stride = att_stride(head_dim);
     let region = (rh * stride * 4).max(rh * chunk * 8).div_ceil(16) * 16;
-    chunk * stride * 4 + region + chunk * 4
+    chunk * stride * 4 + region + 2 * chunk * 4
+}
+
+/// The dynamic shared memory a one-row tile may take on a device whose blocks may opt in to
+/// `optin` bytes: [`ATT_TILE_SMEM_ONE_ROW`] or what the device allows, never less than
+/// [`ATT_TILE_SMEM`] (which needs no opt-in).
+pub fn attention_one_row_smem(optin: usize) -> usize {
+    ATT_TILE_SMEM_ONE_ROW
+        .min(optin.saturating_sub(ATT_TILE_STATIC_SMEM))
+        .max(ATT_TILE_SMEM)
 }
 
 /// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `max_tile_rows`
-/// caps the rows per tile (0: no cap; a tuning knob). The caller checked
-/// `1 <= head_dim <= 512` and that the KV heads divide the heads.
+/// caps the rows per tile (0: no cap; a tuning knob); a one-row tile may take `one_row_smem`
+/// bytes of shared memory (the kernels' opt-in, [`attention_one_row_smem`]). The caller
+/// checked `1 <= head_dim <= 512` and that the KV heads divide the heads.
 pub fn attention_tile(
     n_rows: usize,
     n_seqs: usize,
@@ -270,6 +286,7 @@ pub fn attention_tile(
     n_kv_heads: usize,
     head_dim: usize,
     max_tile_rows: usize,
+    one_row_smem: usize,
 ) -> AttnTile {
     let group = (n_heads / n_kv_heads.max(1)).max(1);
     let wide = head_dim > ATT_TILE_THREADS;
@@ -298,8 +315,13 @@ pub fn attention_tile(
         tile_rows /= 2;
     }
     let rh = tile_rows * heads;
+    let budget = if tile_rows == 1 {
+        one_row_smem.max(ATT_TILE_SMEM)
+    } else {
+        ATT_TILE_SMEM
+    };
     let mut chunk = 256;
-    while chunk > 8 && attention_tile_smem(head_dim, rh, chunk) > ATT_TILE_SMEM {
+    while chunk > 8 && attention_tile_smem(head_dim, rh, chunk) > budget {
         chunk /= 2;
     }
     AttnTile {
@@ -441,7 +463,7 @@ mod tests {
         for hd in 1..=512 {
             for (nh, nkv) in [(1, 1), (9, 3), (32, 8), (4, 1), (64, 1), (128, 2), (8, 8)] {
                 for (rows, seqs) in [(1, 1), (7, 7), (512, 1), (100, 1), (37, 3), (2048, 1)] {
-                    let t = attention_tile(rows, seqs, nh, nkv, hd, 0);
+                    let t = attention_tile(rows, seqs, nh, nkv, hd, 0, ATT_TILE_SMEM);
                     let rh = t.tile_rows * t.heads;
                     assert!(rh <= ATT_TILE_MAX_RH, "{hd} {nh}/{nkv} {rows}: {t:?}");
                     let (dw, nd) = if hd > 256 { (256, 2) } else { (hd, 1) };
@@ -459,20 +481,41 @@ mod tests {
             }
         }
         // Decode: one row per sequence, one row a tile, a whole KV group a block.
-        let t = attention_tile(256, 256, 9, 3, 64, 0);
+        let t = attention_tile(256, 256, 9, 3, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (1, 3, (256, 3)));
         // Prefill of 512 rows (SmolLM2's heads): tiles shrink to give the SMs work.
-        let t = attention_tile(512, 1, 9, 3, 64, 0);
+        let t = attention_tile(512, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (4, 3, (128, 3)));
-        assert_eq!(attention_tile(512, 1, 9, 3, 64, 2).tile_rows, 2);
+        assert_eq!(
+            attention_tile(512, 1, 9, 3, 64, 2, ATT_TILE_SMEM).tile_rows,
+            2
+        );
         // Llama 1B: 8 KV heads of 4; gemma3 1B: one KV head of 4 heads of 256.
-        let t = attention_tile(512, 1, 32, 8, 64, 0);
+        let t = attention_tile(512, 1, 32, 8, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (8, 4, (64, 8)));
-        let t = attention_tile(512, 1, 4, 1, 256, 0);
+        let t = attention_tile(512, 1, 4, 1, 256, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (4, 4, (128, 1)));
         // A group too large for one block is split.
-        let t = attention_tile(1, 1, 64, 1, 128, 0);
+        let t = attention_tile(1, 1, 64, 1, 128, 0, ATT_TILE_SMEM);
         assert_eq!((t.heads, t.grid.1), (32, 2));
+        // With the opt-in, a decode tile stages more keys at a time (never over the budget).
+        let big = attention_one_row_smem(227 * 1024);
+        assert_eq!(big, ATT_TILE_SMEM_ONE_ROW);
+        assert_eq!(attention_one_row_smem(40 * 1024), ATT_TILE_SMEM);
+        assert_eq!(attention_one_row_smem(0), ATT_TILE_SMEM);
+        for hd in [64, 128, 256, 512] {
+            let small = attention_tile(1, 1, 8, 2, hd, 0, ATT_TILE_SMEM);
+            let t = attention_tile(1, 1, 8, 2, hd, 0, big);
+            assert!(
+                t.chunk >= small.chunk && t.smem_bytes as usize <= big,
+                "{hd}: {t:?}"
+            );
+            assert_eq!((t.tile_rows, t.grid), (small.tile_rows, small.grid));
+        }
+        assert_eq!(attention_tile(1, 1, 4, 1, 256, 0, big).chunk, 128);
+        // Prefill tiles never take the opt-in (several blocks share an SM).
+        let t = attention_tile(512, 1, 9, 3, 64, 0, big);
+        assert!(t.smem_bytes as usize <= ATT_TILE_SMEM);
         assert_eq!(att_stride(64), 68);
         assert_eq!(att_stride(66), 72);
     }
