@@ -708,8 +708,9 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 //  - scores: one thread per (row-head, key), the f32 dot in reduce8 order from shared memory,
 //    times scale, -inf where masked; written to `scores` (every key, as `attention`);
 //  - max over the visible range [lo, hi] (every other score is -inf): one warp per row-head;
-//  - exps: exp((double)s - (double)max) in f64 (0 for -inf), to `exps` in [lo, hi];
-//  - sum: one thread per row-head, serially in key order over [lo, hi];
+//  - exps: exp((double)s - (double)max) in f64 (0 for -inf), to `exps` in [lo, hi], a chunk at
+//    a time also to shared memory;
+//  - sum: one thread per row-head, serially in key order over [lo, hi], from shared memory;
 //  - probs = exps / sum, written to `probs` (every key) while the weighted sum stages them;
 //  - out[d]: one thread per (row-head, d) walks the staged keys in key order, adding
 //    probs * (double)V; a key with a zero exp (or outside [lo, hi]) is staged as -0.0 and adds
@@ -735,6 +736,7 @@ __device__ __forceinline__ void attention_tile_body(
     __shared__ size_t m_off[ATT_T_MAX_RH];
     __shared__ int m_lo[ATT_T_MAX_RH], m_hi[ATT_T_MAX_RH], m_pos[ATT_T_MAX_RH],
         m_moff[ATT_T_MAX_RH], m_h[ATT_T_MAX_RH], m_row[ATT_T_MAX_RH];
+    __shared__ float m_max[ATT_T_MAX_RH];
     __shared__ double m_sum[ATT_T_MAX_RH];
     const float NEG_INF = __int_as_float(0xff800000);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -848,7 +850,7 @@ __device__ __forceinline__ void attention_tile_body(
             }
             __syncthreads();  // the chunk's K rows are spent; after the last, every score is written
         }
-        // Max over [lo, hi], then exps there: one warp per row-head.
+        // Max over [lo, hi] (every other score is -inf): one warp per row-head.
         for (int rh = warp; rh < nrh; rh += ATT_T_THREADS / 32) {
             size_t off = m_off[rh];
             int lo = m_lo[rh], hi = m_hi[rh];
@@ -856,28 +858,42 @@ __device__ __forceinline__ void attention_tile_body(
             for (int j = lo + lane; j <= hi; j += 32) mx = fmaxf(mx, scores[off + j]);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-            for (int j = lo + lane; j <= hi; j += 32) {
-                float s = scores[off + j];
-                exps[off + j] = s == NEG_INF ? 0.0 : exp((double)s - (double)mx);
-            }
+            if (lane == 0) m_max[rh] = mx;
         }
         __syncthreads();
-        // The sum in key order: one thread per row-head, loads issued ahead of the adds.
-        for (int rh = tid; rh < nrh; rh += ATT_T_THREADS) {
-            size_t off = m_off[rh];
-            int lo = m_lo[rh], hi = m_hi[rh];
-            double sum = 0.0;
-            int j = lo;
-            for (; j + 8 <= hi + 1; j += 8) {
-                double e[8];
-#pragma unroll
-                for (int u = 0; u < 8; u++) e[u] = exps[off + j + u];
-#pragma unroll
-                for (int u = 0; u < 8; u++) sum += e[u];
+        // Exps a chunk at a time: every thread computes some (to `exps` and to shared memory),
+        // then one thread per row-head adds the chunk's serially, in key order, from shared
+        // memory.
+        double sum = 0.0;
+        for (int c0 = tlo; c0 <= thi; c0 += chunk) {
+            int nc = min(thi + 1 - c0, chunk);
+            for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
+                int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
+                double e = 0.0;
+                if (j >= m_lo[rh] && j <= m_hi[rh]) {
+                    size_t o = m_off[rh] + j;
+                    float sc = scores[o];
+                    e = sc == NEG_INF ? 0.0 : exp((double)sc - (double)m_max[rh]);
+                    exps[o] = e;
+                }
+                ps[rh * chunk + jj] = e;
             }
-            for (; j <= hi; j++) sum += exps[off + j];
-            m_sum[rh] = sum;
+            __syncthreads();
+            if (tid < nrh) {
+                const double* pe = ps + tid * chunk - c0;
+                int j = max(c0, m_lo[tid]), j1 = min(c0 + nc, m_hi[tid] + 1);
+                for (; j + 8 <= j1; j += 8) {
+                    double e[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) e[u] = pe[j + u];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) sum += e[u];
+                }
+                for (; j < j1; j++) sum += pe[j];
+            }
+            __syncthreads();
         }
+        if (tid < nrh) m_sum[tid] = sum;
         for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
         __syncthreads();
         // Probabilities outside each row-head's [lo, hi]: 0 / sum (the exps there are 0).
@@ -913,6 +929,7 @@ __device__ __forceinline__ void attention_tile_body(
             }
             __syncthreads();
             if (rg < RG) {
+#pragma unroll 2
                 for (int jj = 0; jj < nc; jj++) {
                     float v[ND];
 #pragma unroll
