@@ -726,6 +726,40 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 
 __device__ __forceinline__ int att_stride(int head_dim) { return ((head_dim + 3) & ~3) + 4; }
 
+// Pass 2's inner loop for NI row-heads of ND elements each: every key of the chunk, in order,
+// for each of the thread's outputs; a staged -0.0 (a zero exp, a key outside the row's range,
+// a padding row-head) adds -0.0 (no change). Unrolled over the outputs, without branches.
+template <int ND, int NI>
+__device__ __forceinline__ void att_accumulate(double* acc, const double* ps, const float* kvs,
+                                               int nc, int chunk, int stride, int rg, int RG,
+                                               int dl, int DW, int head_dim) {
+    if constexpr (NI * ND <= ATT_T_ACC) {
+        const double* pr[NI];
+#pragma unroll
+        for (int i = 0; i < NI; i++) pr[i] = ps + (rg + i * RG) * chunk;
+#pragma unroll 2
+        for (int jj = 0; jj < nc; jj++) {
+            float v[ND];
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                int d = dl + n * DW;
+                v[n] = d < head_dim ? kvs[jj * stride + d] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                double p = pr[i][jj];
+                // -0.0 is the only staged value with this high word (probabilities are >= 0).
+                bool skip = __double2hiint(p) == (int)0x80000000;
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    double t = p * (double)v[n];
+                    acc[i * ND + n] += skip ? -0.0 : t;
+                }
+            }
+        }
+    }
+}
+
 template <int ND>
 __device__ __forceinline__ void attention_tile_body(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
@@ -753,14 +787,16 @@ __device__ __forceinline__ void attention_tile_body(
     float* kvs = (float*)att_smem;
     float* qs = (float*)(att_smem + (size_t)chunk * stride * 4);
     double* ps = (double*)qs;
-    int rh_cap = tile_rows * heads_per_block;
-    size_t region = max((size_t)rh_cap * stride * 4, (size_t)rh_cap * chunk * 8);
-    region = (region + 15) & ~(size_t)15;
-    u32* s_slot = (u32*)(att_smem + (size_t)chunk * stride * 4 + region);
-    // Pass 2's outputs: thread -> (row-head group rg, element dl); DW elements a group.
+    // Pass 2's outputs: thread -> (row-head group rg, element dl); DW elements a group; row-head
+    // rg + i * RG of the group is its i-th (the staged probabilities are padded to a multiple
+    // of RG row-heads).
     const int DW = ND == 1 ? head_dim : ATT_T_THREADS;
     int RG = ATT_T_THREADS / DW;
     int rg = tid / DW, dl = tid - rg * DW;
+    int rh_cap = tile_rows * heads_per_block, rh_pad = (rh_cap + RG - 1) / RG * RG;
+    size_t region = max((size_t)rh_cap * stride * 4, (size_t)rh_pad * chunk * 8);
+    region = (region + 15) & ~(size_t)15;
+    u32* s_slot = (u32*)(att_smem + (size_t)chunk * stride * 4 + region);
     int ch8 = head_dim >> 3;
 
     int r_end = min(n_rows, (int)(blockIdx.x + 1) * tile_rows);
@@ -915,10 +951,10 @@ __device__ __forceinline__ void attention_tile_body(
             }
             for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
                 s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
-            for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
+            for (int i = tid; i < ni * RG * nc; i += ATT_T_THREADS) {
                 int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
                 double p = -0.0;
-                if (j >= m_lo[rh] && j <= m_hi[rh]) {
+                if (rh < nrh && j >= m_lo[rh] && j <= m_hi[rh]) {
                     size_t o = m_off[rh] + j;
                     double e = exps[o];
                     double pr = e / m_sum[rh];
@@ -929,27 +965,16 @@ __device__ __forceinline__ void attention_tile_body(
             }
             __syncthreads();
             if (rg < RG) {
-#pragma unroll 2
-                for (int jj = 0; jj < nc; jj++) {
-                    float v[ND];
-#pragma unroll
-                    for (int n = 0; n < ND; n++) {
-                        int d = dl + n * DW;
-                        v[n] = d < head_dim ? kvs[jj * stride + d] : 0.f;
-                    }
-#pragma unroll
-                    for (int a = 0; a < ATT_T_ACC; a++) {
-                        int i = a / ND, n = a % ND;
-                        if (i < ni) {
-                            int rh = rg + i * RG;
-                            if (rh < nrh) {
-                                double p = ps[rh * chunk + jj];
-                                double t = p * (double)v[n];
-                                acc[a] += __double_as_longlong(p) == (long long)0x8000000000000000ull ? -0.0 : t;
-                            }
-                        }
-                    }
+#define ATT_ACC(NI)                                                                        \
+    case NI:                                                                               \
+        att_accumulate<ND, NI>(acc, ps, kvs, nc, chunk, stride, rg, RG, dl, DW, head_dim); \
+        break;
+                switch (ni) {
+                    ATT_ACC(1) ATT_ACC(2) ATT_ACC(3) ATT_ACC(4) ATT_ACC(5) ATT_ACC(6) ATT_ACC(7)
+                    ATT_ACC(8) ATT_ACC(9) ATT_ACC(10) ATT_ACC(11) ATT_ACC(12) ATT_ACC(13)
+                    ATT_ACC(14) ATT_ACC(15) ATT_ACC(16)
                 }
+#undef ATT_ACC
             }
             __syncthreads();  // the chunk's V rows and probabilities are spent
         }

@@ -258,11 +258,13 @@ pub fn att_stride(head_dim: usize) -> usize {
 }
 
 /// Dynamic shared memory of a tiled attention block: `chunk` K/V rows, then a region holding
-/// `rh` q rows or `rh x chunk` f64 probabilities (16-byte rounded), then two buffers of
-/// `chunk` slots.
+/// `rh` q rows or `chunk` f64 probabilities for each of `rh` row-heads rounded up to a multiple
+/// of the weighted sum's row-head groups (16-byte rounded), then two buffers of `chunk` slots.
 pub fn attention_tile_smem(head_dim: usize, rh: usize, chunk: usize) -> usize {
     let stride = att_stride(head_dim);
-    let region = (rh * stride * 4).max(rh * chunk * 8).div_ceil(16) * 16;
+    let rg = ATT_TILE_THREADS / head_dim.clamp(1, ATT_TILE_THREADS);
+    let rh_pad = rh.div_ceil(rg) * rg;
+    let region = (rh * stride * 4).max(rh_pad * chunk * 8).div_ceil(16) * 16;
     chunk * stride * 4 + region + 2 * chunk * 4
 }
 
