@@ -896,6 +896,8 @@ __device__ __forceinline__ void attention_tile_body(
             for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
             if (lane == 0) m_max[rh] = mx;
         }
+        // Pass 2's first slots, loading while the exps and sums run.
+        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
         __syncthreads();
         // Exps a chunk at a time: every thread computes some (to `exps` and to shared memory),
         // then one thread per row-head adds the chunk's serially, in key order, from shared
@@ -930,7 +932,6 @@ __device__ __forceinline__ void attention_tile_body(
             __syncthreads();
         }
         if (tid < nrh) m_sum[tid] = sum;
-        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
         __syncthreads();
         // Probabilities outside each row-head's [lo, hi]: 0 / sum (the exps there are 0).
         for (int i = tid; i < nrh * n_kv; i += ATT_T_THREADS) {
