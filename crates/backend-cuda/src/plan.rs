@@ -300,9 +300,17 @@ pub fn attention_tile(
     };
     let rg = ATT_TILE_THREADS / dw;
     let rh_max = (ATT_TILE_ACC / nd * rg).min(ATT_TILE_MAX_RH);
-    let heads = group.min(rh_max);
-    let n_sub = group.div_ceil(heads);
+    let mut heads = group.min(rh_max);
     let per_seq = n_rows / n_seqs.max(1);
+    if per_seq < 2 {
+        // Decode: a block's work is one row's serial chains; fewer heads a block spread the
+        // rest (scores, exps) over more SMs while the blocks are few.
+        let blocks = |h: usize| n_rows * n_kv_heads * group.div_ceil(h);
+        while heads > 1 && blocks(heads) < ATT_TILE_TARGET_BLOCKS {
+            heads = heads.div_ceil(2);
+        }
+    }
+    let n_sub = group.div_ceil(heads);
     let cap = if max_tile_rows == 0 {
         usize::MAX
     } else {
@@ -482,9 +490,14 @@ mod tests {
                 }
             }
         }
-        // Decode: one row per sequence, one row a tile, a whole KV group a block.
+        // Decode: one row per sequence, one row a tile, a whole KV group a block when there are
+        // enough blocks, else one head a block.
         let t = attention_tile(256, 256, 9, 3, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (1, 3, (256, 3)));
+        let t = attention_tile(1, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 1, (1, 9)));
+        let t = attention_tile(32, 32, 32, 8, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 2, (32, 16)));
         // Prefill of 512 rows (SmolLM2's heads): tiles shrink to give the SMs work.
         let t = attention_tile(512, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (4, 3, (128, 3)));
@@ -498,8 +511,8 @@ mod tests {
         let t = attention_tile(512, 1, 4, 1, 256, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (4, 4, (128, 1)));
         // A group too large for one block is split.
-        let t = attention_tile(1, 1, 64, 1, 128, 0, ATT_TILE_SMEM);
-        assert_eq!((t.heads, t.grid.1), (32, 2));
+        let t = attention_tile(512, 1, 64, 1, 128, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid.1), (1, 32, 2));
         // With the opt-in, a decode tile stages more keys at a time (never over the budget).
         let big = attention_one_row_smem(227 * 1024);
         assert_eq!(big, ATT_TILE_SMEM_ONE_ROW);
