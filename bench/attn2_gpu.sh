@@ -3,7 +3,7 @@
 # checks that the per-(row, head) arithmetic is unchanged (exact mode equals the reference; the
 # invariances hold), the seeded attention faults still show; (b) pp512 / tg128 with the tiled
 # kernels against the one-block-per-(row, head) kernel (LOCKSTEP_CUDA_ATTN=row) and a pp512 sweep
-# of the tile cap. Binaries in .device/ (lockstep; lockstep-faults optional), models synthesized.
+# of the rows per tile (LOCKSTEP_CUDA_ATTN_TILE). Binaries in .device/ (lockstep; lockstep-faults optional), models synthesized.
 set -u
 B=${LOCKSTEP:-./.device/lockstep}
 export LOCKSTEP_CUDA_CACHE=/tmp/cubin
@@ -43,13 +43,16 @@ if [ -x .device/lockstep-faults ]; then
   echo "== fault mask-drift, check: $(LOCKSTEP_CUDA_CACHE=/tmp/cubin-faults LOCKSTEP_CUDA_FAULT=mask-drift $F check -m /tmp/smol4.gguf --backend cuda 2>&1 | grep -E 'mask' | head -2 | cut -c1-120 | tr '\n' ' ')"
   el
 fi
-# (b) speed: tiled (default) against the row kernel, then the tile cap on pp512
+# (b) speed: tiled (default) against the row kernel, then pp512 by rows per tile
 for m in /tmp/smol.gguf /tmp/gemma3.gguf /tmp/l1b.gguf; do
   for k in tile row; do
-    if [ $k = row ]; then export LOCKSTEP_CUDA_ATTN=row; else unset LOCKSTEP_CUDA_ATTN; fi
-    echo "-- $(basename $m) attention=$k"; $B bench --backend cuda -m $m -r 3 2>&1 | grep -E "\| (pp|tg)"
+    if [ $k = row ]; then export LOCKSTEP_CUDA_ATTN=row; r=2; else unset LOCKSTEP_CUDA_ATTN; r=3; fi
+    echo "-- $(basename $m) attention=$k"; $B bench --backend cuda -m $m -r $r 2>&1 | grep -E "\| (pp|tg)"
   done
 done; unset LOCKSTEP_CUDA_ATTN; el
-for t in 2 8 16; do
-  echo "-- smol.gguf pp512, LOCKSTEP_CUDA_ATTN_TILE=$t"; LOCKSTEP_CUDA_ATTN_TILE=$t $B bench --backend cuda -m /tmp/smol.gguf -r 3 -n 0 2>&1 | grep -E "\| pp"
+for mt in "smol 2 4 8 16" "gemma3 1 2 4" "l1b 2 4 8 16"; do
+  set -- $mt; m=$1; shift
+  for t in "$@"; do
+    echo "-- $m.gguf pp512, LOCKSTEP_CUDA_ATTN_TILE=$t: $(LOCKSTEP_CUDA_ATTN_TILE=$t $B bench --backend cuda -m /tmp/$m.gguf -r 2 -n 0 2>&1 | grep -E '\| pp' | tr -s ' ')"
+  done
 done; el

@@ -1955,14 +1955,14 @@ impl Backend for CudaBackend {
             if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
-                let (row_kernel, max_tile_rows) = attention_knobs();
+                let (row_kernel, force_tile_rows) = attention_knobs();
                 let tile = plan::attention_tile(
                     q.rows,
                     batch.seqs.len(),
                     p.n_heads,
                     p.n_kv_heads,
                     hd,
-                    max_tile_rows,
+                    force_tile_rows,
                     self.k.attention_one_row_smem,
                 );
                 let func = if row_kernel {
@@ -2083,7 +2083,8 @@ fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
 
 /// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` runs the one
 /// block per (row, head) kernel instead of the tiled ones (for comparison: both compute the
-/// same values bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` caps a tile at N rows.
+/// same values bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
+/// that fits, at most N) instead of `plan::attention_tile`'s choice.
 fn attention_knobs() -> (bool, usize) {
     static KNOBS: std::sync::OnceLock<(bool, usize)> = std::sync::OnceLock::new();
     *KNOBS.get_or_init(|| {

@@ -229,7 +229,7 @@ pub const ATT_TILE_SMEM: usize = 44 * 1024;
 pub const ATT_TILE_SMEM_ONE_ROW: usize = 144 * 1024;
 /// Static shared memory of a tiled attention block (its per-row-head tables), kept free.
 pub const ATT_TILE_STATIC_SMEM: usize = 3 * 1024;
-/// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 4 rows.
+/// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 2 rows.
 pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
 
 /// Launch geometry of the tiled attention kernels (`attention_tile` for heads of up to 256
@@ -277,8 +277,9 @@ pub fn attention_one_row_smem(optin: usize) -> usize {
         .max(ATT_TILE_SMEM)
 }
 
-/// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `max_tile_rows`
-/// caps the rows per tile (0: no cap; a tuning knob); a one-row tile may take `one_row_smem`
+/// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `force_tile_rows`
+/// (0: chosen here; a tuning knob) sets the rows per tile, rounded down to a power of two that
+/// fits the kernel; a one-row tile may take `one_row_smem`
 /// bytes of shared memory (the kernels' opt-in, [`attention_one_row_smem`]). The caller
 /// checked `1 <= head_dim <= 512` and that the KV heads divide the heads.
 pub fn attention_tile(
@@ -287,7 +288,7 @@ pub fn attention_tile(
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
-    max_tile_rows: usize,
+    force_tile_rows: usize,
     one_row_smem: usize,
 ) -> AttnTile {
     let group = (n_heads / n_kv_heads.max(1)).max(1);
@@ -311,17 +312,17 @@ pub fn attention_tile(
         }
     }
     let n_sub = group.div_ceil(heads);
-    let cap = if max_tile_rows == 0 {
-        usize::MAX
+    let cap = if force_tile_rows == 0 {
+        per_seq
     } else {
-        max_tile_rows
+        force_tile_rows
     };
     let mut tile_rows = 1;
-    while tile_rows * 2 <= per_seq && tile_rows * 2 * heads <= rh_max && tile_rows * 2 <= cap {
+    while tile_rows * 2 <= cap && tile_rows * 2 * heads <= rh_max {
         tile_rows *= 2;
     }
     let blocks = |t: usize| n_rows.div_ceil(t) * n_kv_heads * n_sub;
-    while tile_rows > 4 && blocks(tile_rows) < ATT_TILE_TARGET_BLOCKS {
+    while force_tile_rows == 0 && tile_rows > 2 && blocks(tile_rows) < ATT_TILE_TARGET_BLOCKS {
         tile_rows /= 2;
     }
     let rh = tile_rows * heads;
@@ -473,7 +474,8 @@ mod tests {
         for hd in 1..=512 {
             for (nh, nkv) in [(1, 1), (9, 3), (32, 8), (4, 1), (64, 1), (128, 2), (8, 8)] {
                 for (rows, seqs) in [(1, 1), (7, 7), (512, 1), (100, 1), (37, 3), (2048, 1)] {
-                    let t = attention_tile(rows, seqs, nh, nkv, hd, 0, ATT_TILE_SMEM);
+                    let force = [0, 1, 3, 64][(hd + rows) % 4];
+                    let t = attention_tile(rows, seqs, nh, nkv, hd, force, ATT_TILE_SMEM);
                     let rh = t.tile_rows * t.heads;
                     assert!(rh <= ATT_TILE_MAX_RH, "{hd} {nh}/{nkv} {rows}: {t:?}");
                     let (dw, nd) = if hd > 256 { (256, 2) } else { (hd, 1) };
@@ -501,15 +503,20 @@ mod tests {
         // Prefill of 512 rows (SmolLM2's heads): tiles shrink to give the SMs work.
         let t = attention_tile(512, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (4, 3, (128, 3)));
+        // A forced tile: rounded down to a power of two, as large as fits, even for decode.
+        for (force, rows) in [(2, 2), (16, 16), (100, 16), (6, 4)] {
+            let t = attention_tile(512, 1, 9, 3, 64, force, ATT_TILE_SMEM);
+            assert_eq!(t.tile_rows, rows, "{force}");
+        }
         assert_eq!(
-            attention_tile(512, 1, 9, 3, 64, 2, ATT_TILE_SMEM).tile_rows,
-            2
+            attention_tile(8, 8, 9, 3, 64, 4, ATT_TILE_SMEM).tile_rows,
+            4
         );
         // Llama 1B: 8 KV heads of 4; gemma3 1B: one KV head of 4 heads of 256.
         let t = attention_tile(512, 1, 32, 8, 64, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid), (8, 4, (64, 8)));
         let t = attention_tile(512, 1, 4, 1, 256, 0, ATT_TILE_SMEM);
-        assert_eq!((t.tile_rows, t.heads, t.grid), (4, 4, (128, 1)));
+        assert_eq!((t.tile_rows, t.heads, t.grid), (2, 4, (256, 1)));
         // A group too large for one block is split.
         let t = attention_tile(512, 1, 64, 1, 128, 0, ATT_TILE_SMEM);
         assert_eq!((t.tile_rows, t.heads, t.grid.1), (1, 32, 2));
