@@ -918,8 +918,8 @@ __device__ __forceinline__ void attention_tile_body(
             }
             __syncthreads();
             if (tid < nrh) {
-                const double* pe = ps + tid * chunk - c0;
-                int j = max(c0, m_lo[tid]), j1 = min(c0 + nc, m_hi[tid] + 1);
+                const double* pe = ps + tid * chunk;
+                int j = max(c0, m_lo[tid]) - c0, j1 = min(c0 + nc, m_hi[tid] + 1) - c0;
                 for (; j + 8 <= j1; j += 8) {
                     double e[8];
 #pragma unroll
