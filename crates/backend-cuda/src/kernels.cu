@@ -726,6 +726,26 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 
 __device__ __forceinline__ int att_stride(int head_dim) { return ((head_dim + 3) & ~3) + 4; }
 
+// Rows cs[0 .. nc) of one KV head of a cache layer to shared memory (rows of `stride` floats),
+// 16 bytes a load where the head size allows.
+__device__ __forceinline__ void att_stage_rows(float* dst, const float* cache, const u32* cs, int nc,
+                                               int head_dim, int stride, int kv_dim, int kh,
+                                               size_t base) {
+    const float* src = cache + (size_t)kh * head_dim;
+    if ((head_dim & 3) == 0) {
+        int h4 = head_dim >> 2;
+        for (int i = threadIdx.x; i < nc * h4; i += ATT_T_THREADS) {
+            int j = i / h4, d = 4 * (i - j * h4);
+            *(float4*)(dst + j * stride + d) = *(const float4*)(src + (base + cs[j]) * kv_dim + d);
+        }
+    } else {
+        for (int i = threadIdx.x; i < nc * head_dim; i += ATT_T_THREADS) {
+            int j = i / head_dim, d = i - j * head_dim;
+            dst[j * stride + d] = src[(base + cs[j]) * kv_dim + d];
+        }
+    }
+}
+
 // Pass 2's inner loop for NI row-heads of ND elements each: every key of the chunk, in order,
 // for each of the thread's outputs; a staged -0.0 (a zero exp, a key outside the row's range,
 // a padding row-head) adds -0.0 (no change). Unrolled over the outputs, without branches.
@@ -846,10 +866,7 @@ __device__ __forceinline__ void attention_tile_body(
         for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
             int nc = min(thi + 1 - c0, chunk);
             const u32* cs = s_slot + buf * chunk;
-            for (int i = tid; i < nc * head_dim; i += ATT_T_THREADS) {
-                int j = i / head_dim, d = i - j * head_dim;
-                kvs[j * stride + d] = kc[(base + cs[j]) * kv_dim + (size_t)kh * head_dim + d];
-            }
+            att_stage_rows(kvs, kc, cs, nc, head_dim, stride, kv_dim, kh, base);
             for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
                 s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
             __syncthreads();
@@ -946,10 +963,7 @@ __device__ __forceinline__ void attention_tile_body(
         for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
             int nc = min(thi + 1 - c0, chunk);
             const u32* cs = s_slot + buf * chunk;
-            for (int i = tid; i < nc * head_dim; i += ATT_T_THREADS) {
-                int j = i / head_dim, d = i - j * head_dim;
-                kvs[j * stride + d] = vc[(base + cs[j]) * kv_dim + (size_t)kh * head_dim + d];
-            }
+            att_stage_rows(kvs, vc, cs, nc, head_dim, stride, kv_dim, kh, base);
             for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
                 s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
             for (int i = tid; i < ni * RG * nc; i += ATT_T_THREADS) {
