@@ -3,7 +3,8 @@
 # checks that the per-(row, head) arithmetic is unchanged (exact mode equals the reference; the
 # invariances hold), the seeded attention faults still show; (b) pp512 / tg128 with the tiled
 # kernels against the one-block-per-(row, head) kernel (LOCKSTEP_CUDA_ATTN=row) and a pp512 sweep
-# of the rows per tile (LOCKSTEP_CUDA_ATTN_TILE). Binaries in .device/ (lockstep; lockstep-faults optional), models synthesized.
+# of the rows per tile (LOCKSTEP_CUDA_ATTN_TILE). Binaries in .device/ (lockstep; lockstep-faults
+# optional), models synthesized.
 set -u
 B=${LOCKSTEP:-./.device/lockstep}
 export LOCKSTEP_CUDA_CACHE=/tmp/cubin

@@ -229,6 +229,10 @@ pub const ATT_TILE_SMEM: usize = 44 * 1024;
 pub const ATT_TILE_SMEM_ONE_ROW: usize = 144 * 1024;
 /// Static shared memory of a tiled attention block (its per-row-head tables), kept free.
 pub const ATT_TILE_STATIC_SMEM: usize = 3 * 1024;
+// The tables: per row-head a size_t offset, six ints, an f32 max and an f64 sum (2816 bytes,
+// as ptxas reports); with the dynamic part, within the 48 KiB a block has without opting in.
+const _: () = assert!(ATT_TILE_MAX_RH * (8 + 6 * 4 + 4 + 8) <= ATT_TILE_STATIC_SMEM);
+const _: () = assert!(ATT_TILE_SMEM + ATT_TILE_STATIC_SMEM <= 48 * 1024);
 /// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 2 rows.
 pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
 
