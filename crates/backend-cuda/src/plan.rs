@@ -222,7 +222,7 @@ pub const ATT_TILE_MAX_RH: usize = 64;
 /// The most f64 output accumulators one thread holds (`ATT_T_ACC`).
 pub const ATT_TILE_ACC: usize = 16;
 /// Dynamic shared memory a tiled attention block may take: 48 KiB (no opt-in) less the
-/// kernel's static per-row-head tables (2.5 KiB) and some slack.
+/// kernel's static per-row-head tables ([`ATT_TILE_STATIC_SMEM`]) and some slack.
 pub const ATT_TILE_SMEM: usize = 44 * 1024;
 /// Dynamic shared memory a one-row tile (decode) may take where the device lets a block opt in
 /// to it (larger chunks: fewer memory round trips in the latency-bound decode).
@@ -283,9 +283,9 @@ pub fn attention_one_row_smem(optin: usize) -> usize {
 
 /// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `force_tile_rows`
 /// (0: chosen here; a tuning knob) sets the rows per tile, rounded down to a power of two that
-/// fits the kernel; a one-row tile may take `one_row_smem`
-/// bytes of shared memory (the kernels' opt-in, [`attention_one_row_smem`]). The caller
-/// checked `1 <= head_dim <= 512` and that the KV heads divide the heads.
+/// fits the kernel; a one-row tile may take `one_row_smem` bytes of shared memory (the
+/// kernels' opt-in, [`attention_one_row_smem`]). The caller checked `1 <= head_dim <= 512`
+/// and that the KV heads divide the heads.
 pub fn attention_tile(
     n_rows: usize,
     n_seqs: usize,
