@@ -825,6 +825,327 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
     }
 }
 
+// ATTENTION OVER TILES (`attention_tile`): the same per-(row, head) arithmetic as `attention`,
+// with one block per (tile of `tile_rows` batch rows, `heads` query heads sharing one KV head).
+// A tile's rows split into runs of one sequence each (rows of a sequence are consecutive); a
+// run stages each chunk of `chunk` keys' K rows, then V rows, in shared memory once for all of
+// its row-heads, so K/V traffic falls by the run's row-head count. Per row-head:
+//  - scores: one thread per (row-head, key), the f32 dot in reduce8 order from shared memory,
+//    times scale, -inf where masked; written to `scores` (every key, as `attention`);
+//  - max over the visible range [lo, hi] (every other score is -inf): one warp per row-head;
+//  - exps: exp((double)s - (double)max) in f64 (0 for -inf), to `exps` in [lo, hi], a chunk at
+//    a time also to shared memory;
+//  - sum: one thread per row-head, serially in key order over [lo, hi], from shared memory;
+//  - probs = exps / sum, written to `probs` (every key) while the weighted sum stages them;
+//  - out[d]: one thread per (row-head, d) walks the staged keys in key order, adding
+//    probs * (double)V; a key with a zero exp (or outside [lo, hi]) is staged as -0.0 and adds
+//    -0.0, which leaves every value unchanged (x + -0.0 == x bitwise), exactly as skipping it.
+// Nothing depends on the other rows of the tile, so a row's result is batch-invariant and the
+// host may choose any tiling. Block: ATT_T_THREADS threads; dynamic shared memory (the host's
+// `plan::attention_tile` sizes it): `chunk` K/V rows of `att_stride(head_dim)` floats, then a
+// region holding either the run's q rows (pass 1) or its staged probabilities (pass 2), then
+// two buffers of `chunk` slots.
+#define ATT_T_THREADS 256
+#define ATT_T_MAX_RH 64
+#define ATT_T_ACC 16
+
+__device__ __forceinline__ int att_stride(int head_dim) { return ((head_dim + 3) & ~3) + 4; }
+
+// Rows cs[0 .. nc) of one KV head of a cache layer to shared memory (rows of `stride` floats),
+// 16 bytes a load where the head size allows.
+__device__ __forceinline__ void att_stage_rows(float* dst, const float* cache, const u32* cs, int nc,
+                                               int head_dim, int stride, int kv_dim, int kh,
+                                               size_t base) {
+    const float* src = cache + (size_t)kh * head_dim;
+    if ((head_dim & 3) == 0) {
+        int h4 = head_dim >> 2;
+        for (int i = threadIdx.x; i < nc * h4; i += ATT_T_THREADS) {
+            int j = i / h4, d = 4 * (i - j * h4);
+            *(float4*)(dst + j * stride + d) = *(const float4*)(src + (base + cs[j]) * kv_dim + d);
+        }
+    } else {
+        for (int i = threadIdx.x; i < nc * head_dim; i += ATT_T_THREADS) {
+            int j = i / head_dim, d = i - j * head_dim;
+            dst[j * stride + d] = src[(base + cs[j]) * kv_dim + d];
+        }
+    }
+}
+
+// Pass 2's inner loop for NI row-heads of ND elements each: every key of the chunk, in order,
+// for each of the thread's outputs; a staged -0.0 (a zero exp, a key outside the row's range,
+// a padding row-head) adds -0.0 (no change). Unrolled over the outputs, without branches.
+template <int ND, int NI>
+__device__ __forceinline__ void att_accumulate(double* acc, const double* ps, const float* kvs,
+                                               int nc, int chunk, int stride, int rg, int RG,
+                                               int dl, int DW, int head_dim) {
+    if constexpr (NI * ND <= ATT_T_ACC) {
+        const double* pr[NI];
+#pragma unroll
+        for (int i = 0; i < NI; i++) pr[i] = ps + (rg + i * RG) * chunk;
+#pragma unroll 2
+        for (int jj = 0; jj < nc; jj++) {
+            float v[ND];
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                int d = dl + n * DW;
+                v[n] = d < head_dim ? kvs[jj * stride + d] : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < NI; i++) {
+                double p = pr[i][jj];
+                // -0.0 is the only staged value with this high word (probabilities are >= 0).
+                bool skip = __double2hiint(p) == (int)0x80000000;
+#pragma unroll
+                for (int n = 0; n < ND; n++) {
+                    double t = p * (double)v[n];
+                    acc[i * ND + n] += skip ? -0.0 : t;
+                }
+            }
+        }
+    }
+}
+
+template <int ND>
+__device__ __forceinline__ void attention_tile_body(
+    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,
+    int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,
+    int tile_rows, int heads_per_block, int chunk) {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __shared__ size_t m_off[ATT_T_MAX_RH];
+    __shared__ int m_lo[ATT_T_MAX_RH], m_hi[ATT_T_MAX_RH], m_pos[ATT_T_MAX_RH],
+        m_moff[ATT_T_MAX_RH], m_h[ATT_T_MAX_RH], m_row[ATT_T_MAX_RH];
+    __shared__ float m_max[ATT_T_MAX_RH];
+    __shared__ double m_sum[ATT_T_MAX_RH];
+    const float NEG_INF = __int_as_float(0xff800000);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int group = n_heads / n_kv_heads;
+    int n_sub = (group + heads_per_block - 1) / heads_per_block;
+    int kh = blockIdx.y / n_sub;
+    int g0 = (blockIdx.y % n_sub) * heads_per_block;
+    int hb = min(heads_per_block, group - g0);
+#ifdef FAULT_KV_VIEW_OFFSET
+    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
+#endif
+    int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+    int stride = att_stride(head_dim);
+    float* kvs = (float*)att_smem;
+    float* qs = (float*)(att_smem + (size_t)chunk * stride * 4);
+    double* ps = (double*)qs;
+    // Pass 2's outputs: thread -> (row-head group rg, element dl); DW elements a group; row-head
+    // rg + i * RG of the group is its i-th (the staged probabilities are padded to a multiple
+    // of RG row-heads).
+    const int DW = ND == 1 ? head_dim : ATT_T_THREADS;
+    int RG = ATT_T_THREADS / DW;
+    int rg = tid / DW, dl = tid - rg * DW;
+    int rh_cap = tile_rows * heads_per_block, rh_pad = (rh_cap + RG - 1) / RG * RG;
+    size_t region = max((size_t)rh_cap * stride * 4, (size_t)rh_pad * chunk * 8);
+    region = (region + 15) & ~(size_t)15;
+    u32* s_slot = (u32*)(att_smem + (size_t)chunk * stride * 4 + region);
+    int ch8 = head_dim >> 3;
+
+    int r_end = min(n_rows, (int)(blockIdx.x + 1) * tile_rows);
+    for (int r0 = blockIdx.x * tile_rows; r0 < r_end;) {
+        // The run: rows r0 .. r1 - 1 of one sequence (the same key slots).
+        int soff = info[r0 * ROW_INFO], n_kv = info[r0 * ROW_INFO + 1];
+        int r1 = r0 + 1;
+        while (r1 < r_end && info[r1 * ROW_INFO] == soff) r1++;
+        int nrh = (r1 - r0) * hb;
+        __syncthreads();  // the previous run is done with the shared tables
+        for (int rh = tid; rh < nrh; rh += ATT_T_THREADS) {
+            int r = r0 + rh / hb, g = g0 + rh % hb;
+            const int* ri = info + r * ROW_INFO;
+            int h = kh * group + g;
+#ifdef FAULT_WRONG_KV_HEAD
+            h = kh + g * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#endif
+            int pos = ri[2];
+            m_row[rh] = r;
+            m_h[rh] = h;
+            m_pos[rh] = pos;
+            m_moff[rh] = ri[4];
+            m_off[rh] = (size_t)ri[3] + (size_t)h * n_kv;
+            m_lo[rh] = window > 0 ? max(0, pos - window + 1) : 0;
+            m_hi[rh] = min(pos, n_kv - 1);
+        }
+        __syncthreads();
+        int tlo = n_kv, thi = -1;
+        for (int rh = 0; rh < nrh; rh += hb) {
+            tlo = min(tlo, m_lo[rh]);
+            thi = max(thi, m_hi[rh]);
+        }
+        // Scores outside the run's range [tlo, thi] are -inf for every row-head.
+        for (int i = tid; i < nrh * n_kv; i += ATT_T_THREADS) {
+            int rh = i / n_kv, j = i - rh * n_kv;
+            if (j < tlo || j > thi) scores[m_off[rh] + j] = NEG_INF;
+        }
+        // The run's q rows.
+        for (int i = tid; i < nrh * head_dim; i += ATT_T_THREADS) {
+            int rh = i / head_dim, d = i - rh * head_dim;
+            qs[rh * stride + d] = q[(size_t)m_row[rh] * q_dim + (size_t)m_h[rh] * head_dim + d];
+        }
+        // Pass 1: scores, a chunk of K rows at a time. The slots are double-buffered: a chunk's
+        // K rows load together with the next chunk's slots (one memory round trip a chunk).
+        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
+        __syncthreads();
+        for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
+            int nc = min(thi + 1 - c0, chunk);
+            const u32* cs = s_slot + buf * chunk;
+            att_stage_rows(kvs, kc, cs, nc, head_dim, stride, kv_dim, kh, base);
+            for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
+                s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
+            __syncthreads();
+            for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
+                int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
+                int moff = m_moff[rh];
+                bool vis = j >= m_lo[rh] && j <= m_pos[rh] && (moff < 0 || mask[moff + j]);
+                float s = NEG_INF;
+                if (vis) {
+                    const float* qr = qs + rh * stride;
+                    const float* kr = kvs + jj * stride;
+                    float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                    for (int c = 0; c < ch8; c++) {
+                        float4 q0 = *(const float4*)(qr + 8 * c), q1 = *(const float4*)(qr + 8 * c + 4);
+                        float4 k0 = *(const float4*)(kr + 8 * c), k1 = *(const float4*)(kr + 8 * c + 4);
+                        a[0] += q0.x * k0.x;
+                        a[1] += q0.y * k0.y;
+                        a[2] += q0.z * k0.z;
+                        a[3] += q0.w * k0.w;
+                        a[4] += q1.x * k1.x;
+                        a[5] += q1.y * k1.y;
+                        a[6] += q1.z * k1.z;
+                        a[7] += q1.w * k1.w;
+                    }
+                    float tail = 0.f;
+                    for (int d = ch8 * 8; d < head_dim; d++) tail += qr[d] * kr[d];
+                    s = reduce8(a, tail) * scale;
+#ifdef FAULT_MASK_DRIFT
+                    // seeded fault: with an explicit mask the score takes another path, one ulp off
+                    if (moff >= 0) s = s * 1.00000012f;
+#endif
+                }
+                scores[m_off[rh] + j] = s;
+            }
+            __syncthreads();  // the chunk's K rows are spent; after the last, every score is written
+        }
+        // Max over [lo, hi] (every other score is -inf): one warp per row-head.
+        for (int rh = warp; rh < nrh; rh += ATT_T_THREADS / 32) {
+            size_t off = m_off[rh];
+            int lo = m_lo[rh], hi = m_hi[rh];
+            float mx = NEG_INF;
+            for (int j = lo + lane; j <= hi; j += 32) mx = fmaxf(mx, scores[off + j]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            if (lane == 0) m_max[rh] = mx;
+        }
+        // Pass 2's first slots, loading while the exps and sums run.
+        for (int j = tid; j < min(thi + 1 - tlo, chunk); j += ATT_T_THREADS) s_slot[j] = slots[soff + tlo + j];
+        __syncthreads();
+        // Exps a chunk at a time: every thread computes some (to `exps` and to shared memory),
+        // then one thread per row-head adds the chunk's serially, in key order, from shared
+        // memory.
+        double sum = 0.0;
+        for (int c0 = tlo; c0 <= thi; c0 += chunk) {
+            int nc = min(thi + 1 - c0, chunk);
+            for (int i = tid; i < nrh * nc; i += ATT_T_THREADS) {
+                int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
+                double e = 0.0;
+                if (j >= m_lo[rh] && j <= m_hi[rh]) {
+                    size_t o = m_off[rh] + j;
+                    float sc = scores[o];
+                    e = sc == NEG_INF ? 0.0 : exp((double)sc - (double)m_max[rh]);
+                    exps[o] = e;
+                }
+                ps[rh * chunk + jj] = e;
+            }
+            __syncthreads();
+            if (tid < nrh) {
+                const double* pe = ps + tid * chunk;
+                int j = max(c0, m_lo[tid]) - c0, j1 = min(c0 + nc, m_hi[tid] + 1) - c0;
+                for (; j + 8 <= j1; j += 8) {
+                    double e[8];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) e[u] = pe[j + u];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) sum += e[u];
+                }
+                for (; j < j1; j++) sum += pe[j];
+            }
+            __syncthreads();
+        }
+        if (tid < nrh) m_sum[tid] = sum;
+        __syncthreads();
+        // Probabilities outside each row-head's [lo, hi]: 0 / sum (the exps there are 0).
+        for (int i = tid; i < nrh * n_kv; i += ATT_T_THREADS) {
+            int rh = i / n_kv, j = i - rh * n_kv;
+            if (j < m_lo[rh] || j > m_hi[rh]) probs[m_off[rh] + j] = 0.0 / m_sum[rh];
+        }
+        // Pass 2: the weighted sum of V, a chunk of V rows (and probabilities) at a time.
+        int ni = (nrh + RG - 1) / RG;
+        double acc[ATT_T_ACC];
+#pragma unroll
+        for (int a = 0; a < ATT_T_ACC; a++) acc[a] = 0.0;
+        for (int c0 = tlo, buf = 0; c0 <= thi; c0 += chunk, buf ^= 1) {
+            int nc = min(thi + 1 - c0, chunk);
+            const u32* cs = s_slot + buf * chunk;
+            att_stage_rows(kvs, vc, cs, nc, head_dim, stride, kv_dim, kh, base);
+            for (int j = tid; j < min(thi + 1 - (c0 + chunk), chunk); j += ATT_T_THREADS)
+                s_slot[(buf ^ 1) * chunk + j] = slots[soff + c0 + chunk + j];
+            for (int i = tid; i < ni * RG * nc; i += ATT_T_THREADS) {
+                int rh = i / nc, jj = i - rh * nc, j = c0 + jj;
+                double p = -0.0;
+                if (rh < nrh && j >= m_lo[rh] && j <= m_hi[rh]) {
+                    size_t o = m_off[rh] + j;
+                    double e = exps[o];
+                    double pr = e / m_sum[rh];
+                    probs[o] = pr;
+                    if (e != 0.0) p = pr;
+                }
+                ps[rh * chunk + jj] = p;
+            }
+            __syncthreads();
+            if (rg < RG) {
+#define ATT_ACC(NI)                                                                        \
+    case NI:                                                                               \
+        att_accumulate<ND, NI>(acc, ps, kvs, nc, chunk, stride, rg, RG, dl, DW, head_dim); \
+        break;
+                switch (ni) {
+                    ATT_ACC(1) ATT_ACC(2) ATT_ACC(3) ATT_ACC(4) ATT_ACC(5) ATT_ACC(6) ATT_ACC(7)
+                    ATT_ACC(8) ATT_ACC(9) ATT_ACC(10) ATT_ACC(11) ATT_ACC(12) ATT_ACC(13)
+                    ATT_ACC(14) ATT_ACC(15) ATT_ACC(16)
+                }
+#undef ATT_ACC
+            }
+            __syncthreads();  // the chunk's V rows and probabilities are spent
+        }
+        if (rg < RG) {
+#pragma unroll
+            for (int a = 0; a < ATT_T_ACC; a++) {
+                int i = a / ND, n = a % ND;
+                int rh = rg + i * RG, d = dl + n * DW;
+                if (i < ni && rh < nrh && d < head_dim)
+                    out[(size_t)m_row[rh] * q_dim + (size_t)m_h[rh] * head_dim + d] = (float)acc[a];
+            }
+        }
+        r0 = r1;
+    }
+}
+
+// Heads of up to ATT_T_THREADS values (one output element a thread per row-head group), and
+// of up to 2 * ATT_T_THREADS (two a thread).
+#define ATTENTION_TILE(NAME, ND)                                                                 \
+    extern "C" __global__ void __launch_bounds__(ATT_T_THREADS) NAME(                            \
+        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,     \
+        int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,          \
+        int tile_rows, int heads_per_block, int chunk) {                                         \
+        attention_tile_body<ND>(q, kc, vc, slots, info, mask, scores, exps, probs, out, base,    \
+                                n_heads, n_kv_heads, head_dim, scale, window, n_rows, tile_rows, \
+                                heads_per_block, chunk);                                         \
+    }
+ATTENTION_TILE(attention_tile, 1)
+ATTENTION_TILE(attention_tile_wide, 2)
+
 // Weight rows [r0, r0 + rows) of W (quantized, `k` values a row) decoded to f32, for the
 // tensor-core prefill (cuBLAS multiplies the decoded tile). One thread per value.
 extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int rows, int k, int ty,

@@ -213,6 +213,11 @@ struct Kernels {
     kv_store: CudaFunction,
     kv_gather: CudaFunction,
     attention: CudaFunction,
+    /// The tiled attention (`plan::attention_tile`), heads of up to 256 and 512 values.
+    attention_tile: CudaFunction,
+    attention_tile_wide: CudaFunction,
+    /// Dynamic shared memory a one-row (decode) tiled attention block may take.
+    attention_one_row_smem: usize,
     dequant_rows: CudaFunction,
     /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
     /// gate/up/activation; the activation quantizer and its values for the other types.
@@ -527,6 +532,8 @@ impl CudaBackend {
             fast_gu.push((id as i32, f(&format!("gate_up_fast_{id}"))?));
             fast_mm3.push((id as i32, f(&format!("mmv3_fast_{id}"))?));
         }
+        let attention_tile = f("attention_tile")?;
+        let attention_tile_wide = f("attention_tile_wide")?;
         let k = Kernels {
             matmul,
             gate_up,
@@ -543,6 +550,12 @@ impl CudaBackend {
             kv_store: f("kv_store")?,
             kv_gather: f("kv_gather")?,
             attention: f("attention")?,
+            attention_one_row_smem: attention_smem_optin(
+                &ctx,
+                &[&attention_tile, &attention_tile_wide],
+            ),
+            attention_tile,
+            attention_tile_wide,
             dequant_rows: f("dequant_rows")?,
             fast_mm,
             fast_gu,
@@ -2339,7 +2352,24 @@ impl Backend for CudaBackend {
             if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
-                let mut b = self.stream.launch_builder(&self.k.attention);
+                let (row_kernel, force_tile_rows) = attention_knobs();
+                let tile = plan::attention_tile(
+                    q.rows,
+                    batch.seqs.len(),
+                    p.n_heads,
+                    p.n_kv_heads,
+                    hd,
+                    force_tile_rows,
+                    self.k.attention_one_row_smem,
+                );
+                let func = if row_kernel {
+                    &self.k.attention
+                } else if tile.wide {
+                    &self.k.attention_tile_wide
+                } else {
+                    &self.k.attention_tile
+                };
+                let mut b = self.stream.launch_builder(func);
                 b.arg(q.buf())
                     .arg(&cache.k)
                     .arg(&cache.v)
@@ -2356,13 +2386,29 @@ impl Backend for CudaBackend {
                     .arg(&hdi)
                     .arg(&p.scale)
                     .arg(&window);
-                let cfg = LaunchConfig {
-                    grid_dim: (q.rows as u32, p.n_heads as u32, 1),
-                    block_dim: (128, 1, 1),
-                    shared_mem_bytes: 0,
+                let (n_rows, tile_rows, heads, chunk) = (
+                    q.rows as i32,
+                    tile.tile_rows as i32,
+                    tile.heads as i32,
+                    tile.chunk as i32,
+                );
+                let cfg = if row_kernel {
+                    LaunchConfig {
+                        grid_dim: (q.rows as u32, p.n_heads as u32, 1),
+                        block_dim: (128, 1, 1),
+                        shared_mem_bytes: 0,
+                    }
+                } else {
+                    b.arg(&n_rows).arg(&tile_rows).arg(&heads).arg(&chunk);
+                    LaunchConfig {
+                        grid_dim: (tile.grid.0, tile.grid.1, 1),
+                        block_dim: (plan::ATT_TILE_THREADS as u32, 1, 1),
+                        shared_mem_bytes: tile.smem_bytes,
+                    }
                 };
                 // SAFETY: the plan checked every slot against the cache, every row's sequence and
-                // mask; the score buffers hold n_scores values.
+                // mask; the score buffers hold n_scores values; the tiled kernels' shared memory
+                // and per-thread accumulators are sized by `plan::attention_tile` (host test).
                 unsafe { b.launch(cfg) }
                     .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
             }
@@ -2406,6 +2452,46 @@ impl Backend for CudaBackend {
         })?;
         Ok(self.tensor("attention", out, q.rows, q_dim))
     }
+}
+
+/// The dynamic shared memory a one-row tiled attention block may take: more than a block gets
+/// without opting in ([`plan::attention_one_row_smem`]) where the device allows it and the
+/// kernels accept the attribute, else [`plan::ATT_TILE_SMEM`].
+fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
+    use cudarc::driver::sys::{CUdevice_attribute_enum as D, CUfunction_attribute_enum as F};
+    let optin = ctx
+        .attribute(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .unwrap_or(0);
+    let want = plan::attention_one_row_smem(usize::try_from(optin).unwrap_or(0));
+    let Ok(attr) = i32::try_from(want) else {
+        return plan::ATT_TILE_SMEM;
+    };
+    if want > plan::ATT_TILE_SMEM
+        && funcs.iter().all(|f| {
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, attr)
+                .is_ok()
+        })
+    {
+        want
+    } else {
+        plan::ATT_TILE_SMEM
+    }
+}
+
+/// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` runs the one
+/// block per (row, head) kernel instead of the tiled ones (for comparison: both compute the
+/// same values bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
+/// that fits, at most N) instead of `plan::attention_tile`'s choice.
+fn attention_knobs() -> (bool, usize) {
+    static KNOBS: std::sync::OnceLock<(bool, usize)> = std::sync::OnceLock::new();
+    *KNOBS.get_or_init(|| {
+        let row = std::env::var("LOCKSTEP_CUDA_ATTN").is_ok_and(|v| v == "row");
+        let cap = std::env::var("LOCKSTEP_CUDA_ATTN_TILE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        (row, cap)
+    })
 }
 
 #[cfg(test)]
@@ -2492,6 +2578,20 @@ mod tests {
         }
         // The attention kernel's 128 threads hold at most 4 output elements each.
         assert!(KERNEL_SOURCE.contains("#define ATT_MAX_D 4"));
+        // The tiled attention's geometry is the one `plan::attention_tile` sizes.
+        for (define, v) in [
+            ("ATT_T_THREADS", plan::ATT_TILE_THREADS),
+            ("ATT_T_MAX_RH", plan::ATT_TILE_MAX_RH),
+            ("ATT_T_ACC", plan::ATT_TILE_ACC),
+        ] {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("#define {define} {v}\n")),
+                "{define}"
+            );
+        }
+        assert!(KERNEL_SOURCE.contains("return ((head_dim + 3) & ~3) + 4;"));
+        assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile, 1)"));
+        assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile_wide, 2)"));
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
     }

@@ -223,6 +223,143 @@ pub fn attention_plan(
     Ok(p)
 }
 
+/// Threads of a tiled attention block (`ATT_T_THREADS` in kernels.cu).
+pub const ATT_TILE_THREADS: usize = 256;
+/// The most row-heads one tiled attention block holds (`ATT_T_MAX_RH`).
+pub const ATT_TILE_MAX_RH: usize = 64;
+/// The most f64 output accumulators one thread holds (`ATT_T_ACC`).
+pub const ATT_TILE_ACC: usize = 16;
+/// Dynamic shared memory a tiled attention block may take: 48 KiB (no opt-in) less the
+/// kernel's static per-row-head tables ([`ATT_TILE_STATIC_SMEM`]) and some slack.
+pub const ATT_TILE_SMEM: usize = 44 * 1024;
+/// Dynamic shared memory a one-row tile (decode) may take where the device lets a block opt in
+/// to it (larger chunks: fewer memory round trips in the latency-bound decode).
+pub const ATT_TILE_SMEM_ONE_ROW: usize = 144 * 1024;
+/// Static shared memory of a tiled attention block (its per-row-head tables), kept free.
+pub const ATT_TILE_STATIC_SMEM: usize = 3 * 1024;
+// The tables: per row-head a size_t offset, six ints, an f32 max and an f64 sum (2816 bytes,
+// as ptxas reports); with the dynamic part, within the 48 KiB a block has without opting in.
+const _: () = assert!(ATT_TILE_MAX_RH * (8 + 6 * 4 + 4 + 8) <= ATT_TILE_STATIC_SMEM);
+const _: () = assert!(ATT_TILE_SMEM + ATT_TILE_STATIC_SMEM <= 48 * 1024);
+/// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 2 rows.
+pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
+
+/// Launch geometry of the tiled attention kernels (`attention_tile` for heads of up to 256
+/// values, `attention_tile_wide` up to 512). Only speed depends on it: every (row, head) gets
+/// the same arithmetic whatever the tiling, so any choice keeps results bitwise equal and
+/// batch-invariant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnTile {
+    /// Batch rows per block (a tile's rows are processed in runs of one sequence).
+    pub tile_rows: usize,
+    /// Query heads per block, all of one KV head (a group larger than this is split).
+    pub heads: usize,
+    /// Keys staged in shared memory at a time.
+    pub chunk: usize,
+    /// Whether the wide kernel (heads of more than 256 values) runs.
+    pub wide: bool,
+    /// x: row tiles; y: KV heads x head sub-groups.
+    pub grid: (u32, u32),
+    pub smem_bytes: u32,
+}
+
+/// Floats per staged K/V or q row in the tiled kernel (`att_stride`): 16-byte aligned, padded
+/// by 4 so the rows' float4 reads spread over the banks.
+pub fn att_stride(head_dim: usize) -> usize {
+    head_dim.div_ceil(4) * 4 + 4
+}
+
+/// Dynamic shared memory of a tiled attention block: `chunk` K/V rows, then a region holding
+/// `rh` q rows or `chunk` f64 probabilities for each of `rh` row-heads rounded up to a multiple
+/// of the weighted sum's row-head groups (16-byte rounded), then two buffers of `chunk` slots.
+pub fn attention_tile_smem(head_dim: usize, rh: usize, chunk: usize) -> usize {
+    let stride = att_stride(head_dim);
+    let rg = ATT_TILE_THREADS / head_dim.clamp(1, ATT_TILE_THREADS);
+    let rh_pad = rh.div_ceil(rg) * rg;
+    let region = (rh * stride * 4).max(rh_pad * chunk * 8).div_ceil(16) * 16;
+    chunk * stride * 4 + region + 2 * chunk * 4
+}
+
+/// The dynamic shared memory a one-row tile may take on a device whose blocks may opt in to
+/// `optin` bytes: [`ATT_TILE_SMEM_ONE_ROW`] or what the device allows, never less than
+/// [`ATT_TILE_SMEM`] (which needs no opt-in).
+pub fn attention_one_row_smem(optin: usize) -> usize {
+    ATT_TILE_SMEM_ONE_ROW
+        .min(optin.saturating_sub(ATT_TILE_STATIC_SMEM))
+        .max(ATT_TILE_SMEM)
+}
+
+/// The tiling of an attention call of `n_rows` rows in `n_seqs` sequences. `force_tile_rows`
+/// (0: chosen here; a tuning knob) sets the rows per tile, rounded down to a power of two that
+/// fits the kernel; a one-row tile may take `one_row_smem` bytes of shared memory (the
+/// kernels' opt-in, [`attention_one_row_smem`]). The caller checked `1 <= head_dim <= 512`
+/// and that the KV heads divide the heads.
+pub fn attention_tile(
+    n_rows: usize,
+    n_seqs: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    force_tile_rows: usize,
+    one_row_smem: usize,
+) -> AttnTile {
+    let group = (n_heads / n_kv_heads.max(1)).max(1);
+    let wide = head_dim > ATT_TILE_THREADS;
+    // Pass 2: a thread holds `nd` elements of `ceil(rh / rg)` row-heads.
+    let (dw, nd) = if wide {
+        (ATT_TILE_THREADS, 2)
+    } else {
+        (head_dim.max(1), 1)
+    };
+    let rg = ATT_TILE_THREADS / dw;
+    let rh_max = (ATT_TILE_ACC / nd * rg).min(ATT_TILE_MAX_RH);
+    let mut heads = group.min(rh_max);
+    let per_seq = n_rows / n_seqs.max(1);
+    if per_seq < 2 {
+        // Decode: a block's work is one row's serial chains; fewer heads a block spread the
+        // rest (scores, exps) over more SMs while the blocks are few.
+        let blocks = |h: usize| n_rows * n_kv_heads * group.div_ceil(h);
+        while heads > 1 && blocks(heads) < ATT_TILE_TARGET_BLOCKS {
+            heads = heads.div_ceil(2);
+        }
+    }
+    let n_sub = group.div_ceil(heads);
+    let cap = if force_tile_rows == 0 {
+        per_seq
+    } else {
+        force_tile_rows
+    };
+    let mut tile_rows = 1;
+    while tile_rows * 2 <= cap && tile_rows * 2 * heads <= rh_max {
+        tile_rows *= 2;
+    }
+    let blocks = |t: usize| n_rows.div_ceil(t) * n_kv_heads * n_sub;
+    while force_tile_rows == 0 && tile_rows > 2 && blocks(tile_rows) < ATT_TILE_TARGET_BLOCKS {
+        tile_rows /= 2;
+    }
+    let rh = tile_rows * heads;
+    let budget = if tile_rows == 1 {
+        one_row_smem.max(ATT_TILE_SMEM)
+    } else {
+        ATT_TILE_SMEM
+    };
+    let mut chunk = 256;
+    while chunk > 8 && attention_tile_smem(head_dim, rh, chunk) > budget {
+        chunk /= 2;
+    }
+    AttnTile {
+        tile_rows,
+        heads,
+        chunk,
+        wide,
+        grid: (
+            n_rows.div_ceil(tile_rows).max(1) as u32,
+            (n_kv_heads * n_sub) as u32,
+        ),
+        smem_bytes: attention_tile_smem(head_dim, rh, chunk) as u32,
+    }
+}
+
 /// `(cos, sin)` of every (row, pair) for rotary embedding, interleaved, computed exactly as
 /// the reference does (f64 `powf` and `sin_cos` on the host).
 pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
@@ -342,6 +479,79 @@ mod tests {
         };
         b.seqs[0].mask = Some(vec![true, true]);
         assert!(attention_plan(&b, 1, 1, 16).is_err());
+    }
+
+    #[test]
+    fn attention_tiles_fit_the_kernel_for_every_head_shape() {
+        for hd in 1..=512 {
+            for (nh, nkv) in [(1, 1), (9, 3), (32, 8), (4, 1), (64, 1), (128, 2), (8, 8)] {
+                for (rows, seqs) in [(1, 1), (7, 7), (512, 1), (100, 1), (37, 3), (2048, 1)] {
+                    let force = [0, 1, 3, 64][(hd + rows) % 4];
+                    let t = attention_tile(rows, seqs, nh, nkv, hd, force, ATT_TILE_SMEM);
+                    let rh = t.tile_rows * t.heads;
+                    assert!(rh <= ATT_TILE_MAX_RH, "{hd} {nh}/{nkv} {rows}: {t:?}");
+                    let (dw, nd) = if hd > 256 { (256, 2) } else { (hd, 1) };
+                    let rg = ATT_TILE_THREADS / dw;
+                    assert!(rh.div_ceil(rg) * nd <= ATT_TILE_ACC, "{hd}: {t:?}");
+                    assert!(t.smem_bytes as usize <= ATT_TILE_SMEM, "{hd}: {t:?}");
+                    assert!(t.chunk >= 8 && t.chunk.is_power_of_two());
+                    assert_eq!(t.wide, hd > 256);
+                    // Every row and every head is covered.
+                    assert!(t.grid.0 as usize * t.tile_rows >= rows);
+                    let group = nh / nkv;
+                    assert_eq!(t.grid.1 as usize, nkv * group.div_ceil(t.heads));
+                    assert!(t.heads >= 1 && t.heads <= group);
+                }
+            }
+        }
+        // Decode: one row per sequence, one row a tile, a whole KV group a block when there are
+        // enough blocks, else one head a block.
+        let t = attention_tile(256, 256, 9, 3, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 3, (256, 3)));
+        let t = attention_tile(1, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 1, (1, 9)));
+        let t = attention_tile(32, 32, 32, 8, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (1, 2, (32, 16)));
+        // Prefill of 512 rows (SmolLM2's heads): tiles shrink to give the SMs work.
+        let t = attention_tile(512, 1, 9, 3, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (4, 3, (128, 3)));
+        // A forced tile: rounded down to a power of two, as large as fits, even for decode.
+        for (force, rows) in [(2, 2), (16, 16), (100, 16), (6, 4)] {
+            let t = attention_tile(512, 1, 9, 3, 64, force, ATT_TILE_SMEM);
+            assert_eq!(t.tile_rows, rows, "{force}");
+        }
+        assert_eq!(
+            attention_tile(8, 8, 9, 3, 64, 4, ATT_TILE_SMEM).tile_rows,
+            4
+        );
+        // Llama 1B: 8 KV heads of 4; gemma3 1B: one KV head of 4 heads of 256.
+        let t = attention_tile(512, 1, 32, 8, 64, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (8, 4, (64, 8)));
+        let t = attention_tile(512, 1, 4, 1, 256, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid), (2, 4, (256, 1)));
+        // A group too large for one block is split.
+        let t = attention_tile(512, 1, 64, 1, 128, 0, ATT_TILE_SMEM);
+        assert_eq!((t.tile_rows, t.heads, t.grid.1), (1, 32, 2));
+        // With the opt-in, a decode tile stages more keys at a time (never over the budget).
+        let big = attention_one_row_smem(227 * 1024);
+        assert_eq!(big, ATT_TILE_SMEM_ONE_ROW);
+        assert_eq!(attention_one_row_smem(40 * 1024), ATT_TILE_SMEM);
+        assert_eq!(attention_one_row_smem(0), ATT_TILE_SMEM);
+        for hd in [64, 128, 256, 512] {
+            let small = attention_tile(1, 1, 8, 2, hd, 0, ATT_TILE_SMEM);
+            let t = attention_tile(1, 1, 8, 2, hd, 0, big);
+            assert!(
+                t.chunk >= small.chunk && t.smem_bytes as usize <= big,
+                "{hd}: {t:?}"
+            );
+            assert_eq!((t.tile_rows, t.grid), (small.tile_rows, small.grid));
+        }
+        assert_eq!(attention_tile(1, 1, 4, 1, 256, 0, big).chunk, 128);
+        // Prefill tiles never take the opt-in (several blocks share an SM).
+        let t = attention_tile(512, 1, 9, 3, 64, 0, big);
+        assert!(t.smem_bytes as usize <= ATT_TILE_SMEM);
+        assert_eq!(att_stride(64), 68);
+        assert_eq!(att_stride(66), 72);
     }
 
     #[test]

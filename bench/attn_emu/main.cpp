@@ -1,0 +1,132 @@
+// The CPU emulation harness of the attention kernels (bench/attn_emu/run.sh builds and runs it).
+#include "shim.h"
+thread_local dim3u threadIdx, blockIdx;
+dim3u blockDim, gridDim;
+std::barrier<>* g_bar;
+std::vector<std::unique_ptr<std::barrier<>>> g_warp_bar;
+std::vector<double> g_shfl;
+unsigned char* g_dyn_smem;
+#include "kern.inc"
+#include "run.h"
+#include <cstdio>
+#include <random>
+#include <algorithm>
+
+static int att_stride_h(int hd) { return ((hd + 3) / 4) * 4 + 4; }
+static size_t smem_h(int hd, int rh, int chunk) {
+    size_t st = att_stride_h(hd);
+    int rg = 256 / std::min(hd, 256);
+    int rh_pad = (rh + rg - 1) / rg * rg;
+    size_t region = std::max(rh * st * 4, (size_t)rh_pad * chunk * 8);
+    region = (region + 15) / 16 * 16;
+    return chunk * st * 4 + region + 2 * chunk * 4;
+}
+
+struct Seq { int first_row, n_rows, first_pos; std::vector<u32> slots; std::vector<u8> mask; bool has_mask; };
+
+int main(int argc, char** argv) {
+    int n_cases = argc > 1 ? atoi(argv[1]) : 40;
+    unsigned seed0 = argc > 2 ? atoi(argv[2]) : 1;
+    int fails = 0;
+    for (int cs = 0; cs < n_cases; cs++) {
+        std::mt19937 rng(seed0 * 1000 + cs);
+        auto U = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
+        int hds[] = {8, 12, 16, 64, 64, 64, 67, 128, 256, 300, 512};
+        int hd = hds[U(0, 10)]; if (getenv("HD")) hd = atoi(getenv("HD"));
+        int n_kvh = U(1, 3), group = std::vector<int>{1, 2, 3, 4, 8}[U(0, 4)];
+        if (hd >= 256) group = std::min(group, 2);
+        int nh = n_kvh * group;
+        int n_layers = 2, layer = U(0, 1);
+        int n_slots = 200;
+        int window = U(0, 2) == 0 ? U(1, 20) : 0;
+        float scale = U(0, 3) == 0 ? 30.f : 1.f / std::sqrt((float)hd);
+        int nseq = U(1, 3);
+        std::vector<Seq> seqs;
+        int row = 0;
+        for (int s = 0; s < nseq; s++) {
+            Seq q;
+            q.first_row = row;
+            q.n_rows = U(0, 1) ? U(1, 3) : U(1, 40);
+            if (hd >= 256) q.n_rows = std::min(q.n_rows, 12);
+            q.first_pos = U(0, 20);
+            int n_kv = q.first_pos + q.n_rows + U(0, 5);
+            std::vector<u32> all(n_slots);
+            for (int i = 0; i < n_slots; i++) all[i] = i;
+            std::shuffle(all.begin(), all.end(), rng);
+            q.slots.assign(all.begin(), all.begin() + n_kv);
+            q.has_mask = U(0, 3) == 0;
+            if (q.has_mask) { q.mask.resize(q.n_rows * n_kv); for (auto& m : q.mask) m = U(0, 4) != 0; }
+            row += q.n_rows;
+            seqs.push_back(q);
+        }
+        int n_rows = row;
+        // The plan, as plan::attention_plan lays it out.
+        std::vector<int> info(n_rows * 5);
+        std::vector<u32> slots; std::vector<u8> mask; size_t n_scores = 0;
+        for (auto& q : seqs) {
+            int n_kv = q.slots.size();
+            int mbase = mask.size();
+            if (q.has_mask) mask.insert(mask.end(), q.mask.begin(), q.mask.end());
+            int soff = slots.size();
+            slots.insert(slots.end(), q.slots.begin(), q.slots.end());
+            for (int i = 0; i < q.n_rows; i++) {
+                int* c = &info[(q.first_row + i) * 5];
+                c[0] = soff; c[1] = n_kv; c[2] = q.first_pos + i;
+                c[3] = n_scores + (size_t)i * nh * n_kv; c[4] = q.has_mask ? mbase + i * n_kv : -1;
+            }
+            n_scores += (size_t)q.n_rows * nh * n_kv;
+        }
+        if (mask.empty()) mask.push_back(0);
+        int kv_dim = n_kvh * hd, q_dim = nh * hd;
+        std::normal_distribution<float> N(0.f, 1.f);
+        std::vector<float> qv(n_rows * q_dim), kc((size_t)n_layers * n_slots * kv_dim), vc(kc.size());
+        for (auto& x : qv) x = N(rng);
+        for (auto& x : kc) x = N(rng);
+        for (auto& x : vc) x = N(rng);
+        size_t base = (size_t)layer * n_slots;
+        // Old kernel.
+        std::vector<float> sc0(n_scores, 7.f), out0(n_rows * q_dim, 7.f);
+        std::vector<double> ex0(n_scores), pr0(n_scores, 7.0);
+        launch({(unsigned)n_rows, (unsigned)nh, 1}, 128, 0, [&] {
+            attention(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc0.data(),
+                      ex0.data(), pr0.data(), out0.data(), base, nh, n_kvh, hd, scale, window);
+        });
+        // Tiled kernel, with a few tilings.
+        bool wide = hd > 256;
+        int dw = wide ? 256 : hd, nd = wide ? 2 : 1, rg = 256 / dw;
+        int rh_max = std::min(16 / nd * rg, 64);
+        for (int trial = 0; trial < 3; trial++) {
+            int heads = std::min(group, U(1, group)); if (trial == 0) heads = std::min(group, rh_max);
+            heads = std::min(heads, rh_max);
+            int tr = 1 << U(0, 5);
+            while (tr > 1 && tr * heads > rh_max) tr /= 2;
+            int chunk = std::vector<int>{8, 16, 32, 256}[U(0, 3)];
+            int n_sub = (group + heads - 1) / heads;
+            std::vector<float> sc1(n_scores, 9.f), out1(n_rows * q_dim, 9.f);
+            std::vector<double> ex1(n_scores), pr1(n_scores, 9.0);
+            size_t smem = smem_h(hd, tr * heads, chunk);
+            auto body = [&] {
+                if (wide)
+                    attention_tile_wide(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc1.data(),
+                                        ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk);
+                else
+                    attention_tile(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc1.data(),
+                                   ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk);
+            };
+            launch({(unsigned)((n_rows + tr - 1) / tr), (unsigned)(n_kvh * n_sub), 1}, 256, smem, body);
+            bool ok = memcmp(sc0.data(), sc1.data(), n_scores * 4) == 0 && memcmp(pr0.data(), pr1.data(), n_scores * 8) == 0 &&
+                      memcmp(out0.data(), out1.data(), out0.size() * 4) == 0;
+            size_t zeros = 0; for (auto e : ex0) zeros += e == 0.0;
+            printf("case %d.%d hd %d heads %d/%d rows %d seqs %d win %d scale %g | tile %d heads %d chunk %d: %s (zero exps %zu)\n", cs, trial,
+                   hd, nh, n_kvh, n_rows, nseq, window, scale, tr, heads, chunk, ok ? "ok" : "MISMATCH", zeros);
+            if (!ok) {
+                fails++;
+                for (size_t i = 0; i < n_scores; i++) if (memcmp(&sc0[i], &sc1[i], 4)) { printf("  score %zu: %g vs %g\n", i, sc0[i], sc1[i]); break; }
+                for (size_t i = 0; i < n_scores; i++) if (memcmp(&pr0[i], &pr1[i], 8)) { printf("  prob %zu: %g vs %g\n", i, pr0[i], pr1[i]); break; }
+                for (size_t i = 0; i < out0.size(); i++) if (memcmp(&out0[i], &out1[i], 4)) { printf("  out %zu: %g vs %g\n", i, out0[i], out1[i]); break; }
+            }
+        }
+    }
+    printf("%s: %d mismatches\n", fails ? "FAIL" : "PASS", fails);
+    return fails != 0;
+}

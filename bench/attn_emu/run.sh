@@ -1,0 +1,21 @@
+#!/bin/bash
+# CPU emulation of the CUDA attention kernels (no GPU needed): kernels.cu's `attention` and
+# `attention_tile[_wide]` compiled as C++ (one std::thread per CUDA thread, std::barrier for
+# __syncthreads), run on random batches (GQA, windows, masks, several sequences, head sizes
+# 8..512, exp underflow) with random tilings, compared bitwise (scores, probs, output).
+# Usage: bench/attn_emu/run.sh [cases] [seed] [extra g++ flags, e.g. -DFAULT_WRONG_KV_HEAD]
+# HD=512 forces the head size. Heavy on threads: run it niced.
+set -e
+D=$(cd "$(dirname "$0")" && pwd)
+W=${TMPDIR:-/tmp}/attn_emu.$$; mkdir -p $W
+python3 - "$D/../../crates/backend-cuda/src/kernels.cu" "$W/kern.inc" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+r = s.index("// The reference's reduction of eight partial sums"); r2 = s.index('}\n', r) + 2
+a = s.index('// Per query row: [slots offset'); b = s.index('// Weight rows [r0, r0 + rows) of W (quantized')
+k = "typedef unsigned char u8;\ntypedef unsigned int u32;\n" + s[r:r2] + s[a:b]
+k = k.replace("extern __shared__ __align__(16) unsigned char att_smem[];", "unsigned char* att_smem = g_dyn_smem;")
+open(sys.argv[2], 'w').write(k)
+PY
+g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -I$W -I$D ${3:-} $D/main.cpp -o $W/emu
+$W/emu ${1:-12} ${2:-1}
