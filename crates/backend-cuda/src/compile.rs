@@ -74,6 +74,39 @@ pub fn store_cached(dir: &Path, key: &str, cubin: &[u8]) {
 
 /// Compiles `source` with NVRTC for `arch`; the CUBIN, or NVRTC's log.
 pub fn nvrtc_cubin(source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>, String> {
+    nvrtc_compile(source, arch, options).map(|(cubin, _log)| cubin)
+}
+
+/// Compiles like [`nvrtc_cubin`] with ptxas reporting its resources, and returns the cubin
+/// with the registers each kernel uses (by entry name). A kernel launched with more threads
+/// than the register file holds (`regs * threads > 65536` on sm_90) fails at launch with
+/// "too many resources requested": the host's block sizes are checked against this on
+/// machines without a GPU.
+pub fn nvrtc_registers(
+    source: &str,
+    arch: &str,
+    options: &[&str],
+) -> Result<(Vec<u8>, Vec<(String, u32)>), String> {
+    let mut opts = options.to_vec();
+    opts.push("--ptxas-options=--verbose");
+    let (cubin, log) = nvrtc_compile(source, arch, &opts)?;
+    let mut regs = Vec::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_string);
+        }
+        if let (Some(name), Some(rest)) = (&current, line.split("Used ").nth(1)) {
+            if let Some(n) = rest.split(' ').next().and_then(|n| n.parse().ok()) {
+                regs.push((name.clone(), n));
+            }
+        }
+    }
+    Ok((cubin, regs))
+}
+
+/// The cubin and the compile log.
+fn nvrtc_compile(source: &str, arch: &str, options: &[&str]) -> Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::sys as nv;
     use std::ffi::CString;
     let src = CString::new(source).map_err(|e| e.to_string())?;
@@ -113,12 +146,17 @@ pub fn nvrtc_cubin(source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>
             ))
         } else {
             let mut n = 0usize;
+            nv::nvrtcGetProgramLogSize(prog, &mut n);
+            let mut log = vec![0u8; n];
+            nv::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut _);
+            let log = String::from_utf8_lossy(&log).into_owned();
+            let mut n = 0usize;
             let r = nv::nvrtcGetCUBINSize(prog, &mut n);
             let mut buf = vec![0u8; n];
             if r == nv::nvrtcResult::NVRTC_SUCCESS {
                 let r = nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _);
                 if r == nv::nvrtcResult::NVRTC_SUCCESS {
-                    Ok(buf)
+                    Ok((buf, log))
                 } else {
                     Err(format!("nvrtcGetCUBIN: {r:?}"))
                 }

@@ -549,22 +549,70 @@ __device__ __forceinline__ double block_sum_f64(double v) {
     return t;
 }
 
-// The norm of one group at `x` (g values) into `out`; with q != null (fast numerics, a group
-// is a whole row of a multiple of 32 values) each warp also quantizes the 32-value blocks it
-// wrote, from the very registers it stored, as quantize_q8_32 would from `out`.
+// Values per thread a norm holds in registers: every group up to NORM_MAXV * blockDim.x values
+// (plan::norm_threads gives at most 4 a thread up to 4096 values, 8 up to 8192).
+#define NORM_MAXV 8
+
+// The norm of one group whose values thread t holds in v[i] = x[t + i * blockDim.x] (i < NORM_MAXV,
+// j < g): the f64 sum of squares in i order, the block's fixed reduction, then out[j] =
+// (float)(x * scale) * w[j], also returned in r[i]. With q != null (fast numerics, a whole row of
+// a multiple of 32 values) each warp quantizes the 32-value blocks it wrote, from the very
+// registers it stored, as quantize_q8_32 would from `out`.
+__device__ __forceinline__ void norm_regs(const float* v, const float* __restrict__ w,
+                                          float* __restrict__ out, int g, float eps,
+                                          signed char* __restrict__ q, Q8Blk* __restrict__ ds,
+                                          size_t blk0, float* r) {
+    int t = threadIdx.x, bd = blockDim.x;
+    float wv[NORM_MAXV];
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++) wv[i] = t + i * bd < g ? w[t + i * bd] : 0.0f;
+    double ss = 0.0;
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++)
+        if (t + i * bd < g) ss += (double)v[i] * (double)v[i];
+    ss = block_sum_f64(ss);
+    double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++) {
+        int j = t + i * bd;
+        r[i] = 0.0f;
+        if (q != nullptr) {
+            // Whole warps step together (blockDim.x and g are multiples of 32).
+            if (i * bd + (t & ~31) >= g) break;
+            float o = (float)((double)v[i] * scale) * wv[i];
+            out[j] = o;
+            r[i] = o;
+            q8_block(o, q, ds, blk0 + (size_t)(j >> 5));
+        } else if (j < g) {
+            float o = (float)((double)v[i] * scale) * wv[i];
+            out[j] = o;
+            r[i] = o;
+        }
+    }
+}
+
+// The norm of one group at `x` (g values) into `out` (see norm_regs); a group too long for the
+// registers is read twice, with the same arithmetic in the same order.
 __device__ __forceinline__ void norm_group(const float* __restrict__ x, const float* __restrict__ w,
                                            float* __restrict__ out, int g, float eps,
                                            signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                            size_t blk0) {
+    int t = threadIdx.x, bd = blockDim.x;
+    if (g <= NORM_MAXV * bd) {
+        float v[NORM_MAXV], r[NORM_MAXV];
+#pragma unroll
+        for (int i = 0; i < NORM_MAXV; i++) v[i] = t + i * bd < g ? x[t + i * bd] : 0.0f;
+        norm_regs(v, w, out, g, eps, q, ds, blk0, r);
+        return;
+    }
     double ss = 0.0;
-    for (int j = threadIdx.x; j < g; j += blockDim.x) ss += (double)x[j] * (double)x[j];
+    for (int j = t; j < g; j += bd) ss += (double)x[j] * (double)x[j];
     ss = block_sum_f64(ss);
     double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
-    // Whole warps step together (blockDim.x and, with q, g are multiples of 32).
-    for (int j0 = 0; j0 < g; j0 += blockDim.x) {
-        int j = j0 + threadIdx.x;
+    for (int j0 = 0; j0 < g; j0 += bd) {
+        int j = j0 + t;
         if (q != nullptr) {
-            if (j0 + (threadIdx.x & ~31) >= g) break;
+            if (j0 + (t & ~31) >= g) break;
             float o = (float)((double)x[j] * scale) * w[j];
             out[j] = o;
             q8_block(o, q, ds, blk0 + (size_t)(j >> 5));
@@ -574,27 +622,42 @@ __device__ __forceinline__ void norm_group(const float* __restrict__ x, const fl
     }
 }
 
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, int g, float eps,
+// Blocks of up to 1024 threads (plan::norm_threads): the bound keeps the registers within the
+// register file at that size (tests/nvrtc_compiles.rs checks every kernel's count).
+extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* x, const float* w, float* out, int g, float eps,
                                     signed char* q, Q8Blk* ds) {
     size_t o = (size_t)blockIdx.x * g;
     norm_group(x + o, w, out + o, g, eps, q, ds, o >> 5);
 }
 
-// The end of a block, one block of threads per row (g = the row length): b's row post-normed
-// into bn when pw is given, sum = a + (that or b) (the `add` kernel's one f32 add), and the
-// sum's row normed into out when w is given. Each thread reads back only the values it stored
-// itself (norm_group and the sum loop map values to threads alike).
-extern "C" __global__ void residual_norm(const float* a, const float* b, const float* pw, float* bn,
+// The end of a block, one block of threads per row (g = the row length, at most NORM_MAXV *
+// blockDim.x: the host runs longer rows as separate ops): b's row post-normed into bn when pw
+// is given, sum = a + (that or b) (the `add` kernel's one f32 add), and the sum's row normed
+// into out when w is given. Every input is loaded once, up front; the stages pass their values
+// in registers.
+extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a, const float* b, const float* pw, float* bn,
                                          float* sum, const float* w, float* out, int g, float eps,
                                          signed char* q, Q8Blk* ds) {
     size_t o = (size_t)blockIdx.x * g;
-    const float* bb = b + o;
-    if (pw != nullptr) {
-        norm_group(b + o, pw, bn + o, g, eps, nullptr, nullptr, 0);
-        bb = bn + o;
+    int t = threadIdx.x, bd = blockDim.x;
+    float av[NORM_MAXV], bv[NORM_MAXV], r[NORM_MAXV];
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++) {
+        bool in = t + i * bd < g;
+        av[i] = in ? a[o + t + i * bd] : 0.0f;
+        bv[i] = in ? b[o + t + i * bd] : 0.0f;
     }
-    for (int j = threadIdx.x; j < g; j += blockDim.x) sum[o + j] = a[o + j] + bb[j];
-    if (w != nullptr) norm_group(sum + o, w, out + o, g, eps, q, ds, o >> 5);
+    if (pw != nullptr) {
+        norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r);
+#pragma unroll
+        for (int i = 0; i < NORM_MAXV; i++) bv[i] = r[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++) {
+        av[i] = av[i] + bv[i];
+        if (t + i * bd < g) sum[o + t + i * bd] = av[i];
+    }
+    if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r);
 }
 
 // Element d of one head rotated with its pair by (cos, sin) = cs[2i], cs[2i + 1] (f64, the
@@ -625,6 +688,9 @@ extern "C" __global__ void rope(const float* x, float* out, const double* cs, in
     int d = col % head_dim;
     out[idx] = rope_elem(x + idx - d, cs + (size_t)r * half * 2, d, half, style);
 }
+
+// The longest head rope_store takes (the host runs longer ones as separate ops).
+#define ROPE_MAX_HEAD 512
 
 // Per (row, head slot): slots [0, n_heads) are q heads, then n_kv_heads k heads, then
 // n_kv_heads v heads. A q or k head is normed first when its weight is given (norm_group,
@@ -658,18 +724,28 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
     size_t o = (size_t)row * (isq ? q_dim : kv_dim) + (size_t)h * head_dim;
     const float* src = (isq ? q : k) + o;
     const float* nw = isq ? qw : kw;
+    // The head (normed, when it has a norm) in shared memory: the rotation reads each value's
+    // pair, which another thread loaded or normed.
+    __shared__ float head[ROPE_MAX_HEAD];
+    int t = threadIdx.x, bd = blockDim.x;
+    float hv[NORM_MAXV], r[NORM_MAXV];
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++) hv[i] = t + i * bd < head_dim ? src[t + i * bd] : 0.0f;
     if (nw != nullptr) {
-        float* normed = (isq ? qn : kn) + o;
-        norm_group(src, nw, normed, head_dim, eps, nullptr, nullptr, 0);
-        __syncthreads();  // the rotation reads pairs another thread normed
-        src = normed;
+        norm_regs(hv, nw, (isq ? qn : kn) + o, head_dim, eps, nullptr, nullptr, 0, r);
+#pragma unroll
+        for (int i = 0; i < NORM_MAXV; i++) hv[i] = r[i];
     }
+#pragma unroll
+    for (int i = 0; i < NORM_MAXV; i++)
+        if (t + i * bd < head_dim) head[t + i * bd] = hv[i];
+    __syncthreads();
     const double* c = cs + (size_t)row * half * 2;
     float* out = (isq ? qr : kr) + o;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float r = rope_elem(src, c, d, half, style);
-        out[d] = r;
-        if (!isq && store) kc[dst + (size_t)h * head_dim + d] = r;
+    for (int d = t; d < head_dim; d += bd) {
+        float rv = rope_elem(head, c, d, half, style);
+        out[d] = rv;
+        if (!isq && store) kc[dst + (size_t)h * head_dim + d] = rv;
     }
 }
 

@@ -1903,7 +1903,11 @@ impl Backend for CudaBackend {
         eps: f32,
     ) -> Residual<CudaTensor> {
         let row = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == a.cols);
-        if !row(post) || !row(next) || (post.is_none() && next.is_none()) {
+        if !row(post)
+            || !row(next)
+            || (post.is_none() && next.is_none())
+            || !plan::residual_fits(a.cols)
+        {
             // Norms of groups within a row, or a plain add: the separate ops.
             let post = post.map(|w| self.rms_norm(b, w, eps));
             let sum = self.add(a, post.as_ref().unwrap_or(b));
@@ -2015,6 +2019,7 @@ impl Backend for CudaBackend {
         let l = cache.layout;
         let head_norm = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == hd);
         let fits = hd > 0
+            && hd <= plan::ROPE_MAX_HEAD
             && p.n_rot <= hd
             && q.cols.is_multiple_of(hd)
             && k.cols == l.kv_dim
@@ -2527,14 +2532,20 @@ mod tests {
             "scale",
             "act_mul",
             "rms_norm",
+            "residual_norm",
             "rope",
+            "rope_store",
             "gather_rows",
             "kv_store",
             "kv_gather",
             "attention",
         ] {
             let decl = format!("__global__ void {name}(");
-            assert!(KERNEL_SOURCE.contains(&decl), "{name}");
+            let bounded = format!("__global__ void __launch_bounds__(1024) {name}(");
+            assert!(
+                KERNEL_SOURCE.contains(&decl) || KERNEL_SOURCE.contains(&bounded),
+                "{name}"
+            );
         }
         // Every supported type has a case in the device decoder.
         for &ty in plan::SUPPORTED {
@@ -2550,7 +2561,7 @@ mod tests {
             );
         }
         for &ty in plan::FAST {
-            for name in ["mmv_fast", "gate_up_fast"] {
+            for name in ["mmv_fast", "gate_up_fast", "mmv3_fast"] {
                 assert!(
                     KERNEL_SOURCE.contains(&format!("FAST_FOR({})", ty.id())),
                     "{name} {ty}"
@@ -2578,6 +2589,9 @@ mod tests {
         }
         // The attention kernel's 128 threads hold at most 4 output elements each.
         assert!(KERNEL_SOURCE.contains("#define ATT_MAX_D 4"));
+        // The limits the host checks before the fused kernels.
+        assert!(KERNEL_SOURCE.contains(&format!("#define NORM_MAXV {}", plan::NORM_MAXV)));
+        assert!(KERNEL_SOURCE.contains(&format!("#define ROPE_MAX_HEAD {}", plan::ROPE_MAX_HEAD)));
         // The tiled attention's geometry is the one `plan::attention_tile` sizes.
         for (define, v) in [
             ("ATT_T_THREADS", plan::ATT_TILE_THREADS),

@@ -120,6 +120,18 @@ pub fn norm_threads(g: usize) -> u32 {
     (g.div_ceil(4).next_power_of_two()).clamp(32, 1024) as u32
 }
 
+/// Values a norm thread holds in registers (kernels.cu `NORM_MAXV`): `residual_norm` takes rows
+/// of at most this many times `norm_threads` values (8192); longer rows run as separate ops.
+pub const NORM_MAXV: usize = 8;
+
+/// Whether `residual_norm`'s kernel takes rows of `g` values.
+pub fn residual_fits(g: usize) -> bool {
+    g > 0 && g <= NORM_MAXV * norm_threads(g) as usize
+}
+
+/// The longest head `rope_store`'s kernel takes (kernels.cu `ROPE_MAX_HEAD`).
+pub const ROPE_MAX_HEAD: usize = 512;
+
 /// Blocks of `threads` covering `n` elements.
 pub fn blocks_for(n: usize, threads: u32) -> u32 {
     (n as u32).div_ceil(threads).max(1)
@@ -581,6 +593,9 @@ mod tests {
         assert_eq!(norm_threads(4096), 1024);
         assert_eq!(norm_threads(16384), 1024);
         assert_eq!(norm_threads(1), 32);
+        assert!(residual_fits(8192) && !residual_fits(8193) && !residual_fits(0));
+        // Every head rope_store takes fits the registers of its block.
+        assert!((1..=ROPE_MAX_HEAD).all(residual_fits));
         for g in 1..5000 {
             let t = norm_threads(g) as usize;
             assert!(t.is_multiple_of(32) && t <= 1024 && t.is_power_of_two());

@@ -2,7 +2,7 @@
 //! loaded (CI finds it in the Python environment's CUDA runtime wheels). This catches a kernel
 //! that does not compile before a device run does.
 
-use lockstep_backend_cuda::{compile, KERNEL_SOURCE};
+use lockstep_backend_cuda::{compile, plan, KERNEL_SOURCE};
 
 #[test]
 fn kernels_compile_for_sm90() {
@@ -14,7 +14,34 @@ fn kernels_compile_for_sm90() {
         }
         return;
     }
-    let cubin = compile::nvrtc_cubin(KERNEL_SOURCE, "sm_90", compile::NVRTC_OPTIONS)
+    let (cubin, regs) = compile::nvrtc_registers(KERNEL_SOURCE, "sm_90", compile::NVRTC_OPTIONS)
         .unwrap_or_else(|log| panic!("NVRTC failed:\n{log}"));
     assert_eq!(&cubin[..4], b"\x7fELF");
+    // Every kernel fits the register file at the largest block the host launches it with
+    // (65536 registers per block on sm_90); a kernel that does not fails every launch with
+    // "too many resources requested" (session 6: residual_norm at 1024 threads, 72 registers).
+    let largest_block = |name: &str| -> u32 {
+        if name == "rms_norm" || name == "residual_norm" {
+            // plan::norm_threads: up to 1024 for rows of 4096 values and more.
+            1024
+        } else if name == "rope_store" {
+            plan::norm_threads(plan::ROPE_MAX_HEAD)
+        } else if name.starts_with("attention_tile") {
+            256
+        } else {
+            // Every other kernel: 128 or 256 threads a block.
+            256
+        }
+    };
+    assert!(regs.len() > 50, "ptxas reported {} kernels", regs.len());
+    for (name, n) in &regs {
+        let threads = largest_block(name);
+        assert!(
+            n * threads <= 65536,
+            "{name}: {n} registers x {threads} threads exceed the register file"
+        );
+    }
+    for k in ["rms_norm", "residual_norm", "rope_store", "mmv3_fast_12"] {
+        assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");
+    }
 }
