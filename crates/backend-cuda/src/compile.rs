@@ -77,6 +77,9 @@ pub fn nvrtc_cubin(source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>
     nvrtc_compile(source, arch, options).map(|(cubin, _log)| cubin)
 }
 
+/// Registers per kernel, by entry name, as ptxas reports them.
+pub type KernelRegisters = Vec<(String, u32)>;
+
 /// Compiles like [`nvrtc_cubin`] with ptxas reporting its resources, and returns the cubin
 /// with the registers each kernel uses (by entry name). A kernel launched with more threads
 /// than the register file holds (`regs * threads > 65536` on sm_90) fails at launch with
@@ -86,7 +89,7 @@ pub fn nvrtc_registers(
     source: &str,
     arch: &str,
     options: &[&str],
-) -> Result<(Vec<u8>, Vec<(String, u32)>), String> {
+) -> Result<(Vec<u8>, KernelRegisters), String> {
     let mut opts = options.to_vec();
     opts.push("--ptxas-options=--verbose");
     let (cubin, log) = nvrtc_compile(source, arch, &opts)?;
