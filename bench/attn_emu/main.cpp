@@ -114,6 +114,12 @@ int main(int argc, char** argv) {
                                    ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk);
             };
             launch({(unsigned)((n_rows + tr - 1) / tr), (unsigned)(n_kvh * n_sub), 1}, 256, smem, body);
+            // ATTN_EMU_PERTURB: one output one ulp off, so the comparison is seen to fail (the
+            // CI test runs this too: a harness that cannot fail proves nothing).
+            if (getenv("ATTN_EMU_PERTURB")) {
+                size_t i = out1.size() / 2;
+                out1[i] = std::nextafter(out1[i], INFINITY);
+            }
             bool ok = memcmp(sc0.data(), sc1.data(), n_scores * 4) == 0 && memcmp(pr0.data(), pr1.data(), n_scores * 8) == 0 &&
                       memcmp(out0.data(), out1.data(), out0.size() * 4) == 0;
             size_t zeros = 0; for (auto e : ex0) zeros += e == 0.0;

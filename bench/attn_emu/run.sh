@@ -8,6 +8,7 @@
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 W=${TMPDIR:-/tmp}/attn_emu.$$; mkdir -p $W
+trap 'rm -rf "$W"' EXIT
 python3 - "$D/../../crates/backend-cuda/src/kernels.cu" "$W/kern.inc" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
