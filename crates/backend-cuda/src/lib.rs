@@ -30,8 +30,9 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
-    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, QkRoped,
-    QkvIn, Residual, RopeParams, RopeStyle, StepKey, Taps, WeightView,
+    residual_norm_unfused, rope_store_unfused, Activation, AttentionParams, Backend, BackendError,
+    Batch, HostTensor, KvLayout, QkRoped, QkvIn, Residual, RopeParams, RopeStyle, StepKey, Taps,
+    WeightView,
 };
 
 pub mod compile;
@@ -1909,10 +1910,7 @@ impl Backend for CudaBackend {
             || !plan::residual_fits(a.cols)
         {
             // Norms of groups within a row, or a plain add: the separate ops.
-            let post = post.map(|w| self.rms_norm(b, w, eps));
-            let sum = self.add(a, post.as_ref().unwrap_or(b));
-            let normed = next.map(|w| self.rms_norm(&sum, w, eps));
-            return Residual { post, sum, normed };
+            return residual_norm_unfused(self, a, b, post, next, eps);
         }
         assert!(a.rows == b.rows && a.cols == b.cols, "add: shapes differ");
         let (n, k) = (a.rows, a.cols);
@@ -2007,16 +2005,9 @@ impl Backend for CudaBackend {
         p: RopeParams,
         batch: &Batch,
     ) -> Result<QkRoped<CudaTensor>, BackendError> {
-        let QkvIn {
-            q,
-            k,
-            v,
-            q_norm,
-            k_norm,
-            eps,
-        } = qkv;
         let hd = p.head_dim;
         let l = cache.layout;
+        let (q, k, v) = (qkv.q, qkv.k, qkv.v);
         let head_norm = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == hd);
         let fits = hd > 0
             && hd <= plan::ROPE_MAX_HEAD
@@ -2028,23 +2019,19 @@ impl Backend for CudaBackend {
             && q.rows == k.rows
             && v.rows == k.rows
             && positions.len() == q.rows
-            && head_norm(q_norm)
-            && head_norm(k_norm);
+            && head_norm(qkv.q_norm)
+            && head_norm(qkv.k_norm);
         if !fits || q.rows == 0 {
             // Shapes the fused kernel does not take (or nothing to do): the separate ops,
             // which check and report every mismatch.
-            let q_normed = q_norm.map(|w| self.rms_norm(q, w, eps));
-            let k_normed = k_norm.map(|w| self.rms_norm(k, w, eps));
-            let q_rope = self.rope(q_normed.as_ref().unwrap_or(q), positions, p);
-            let k_rope = self.rope(k_normed.as_ref().unwrap_or(k), positions, p);
-            self.kv_store(cache, layer, &k_rope, v, batch)?;
-            return Ok(QkRoped {
-                q_norm: q_normed,
-                k_norm: k_normed,
-                q: q_rope,
-                k: k_rope,
-            });
+            return rope_store_unfused(self, cache, layer, qkv, positions, p, batch);
         }
+        let QkvIn {
+            q_norm,
+            k_norm,
+            eps,
+            ..
+        } = qkv;
         self.check_kv_store(cache, layer, k, v, batch)?;
         let (rows, n_heads, n_kv_heads) = (q.rows, q.cols / hd, k.cols / hd);
         let half = p.n_rot / 2;

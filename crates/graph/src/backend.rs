@@ -242,10 +242,7 @@ pub trait Backend {
         next: Option<&Self::Weight>,
         eps: f32,
     ) -> Residual<Self::Tensor> {
-        let post = post.map(|w| self.rms_norm(b, w, eps));
-        let sum = self.add(a, post.as_ref().unwrap_or(b));
-        let normed = next.map(|w| self.rms_norm(&sum, w, eps));
-        Residual { post, sum, normed }
+        residual_norm_unfused(self, a, b, post, next, eps)
     }
     /// Everything between the q/k/v projections and attention, in one op: the optional
     /// per-head norms of q and k, their rotary embedding, and the store of the rotated k and of
@@ -261,25 +258,7 @@ pub trait Backend {
         p: RopeParams,
         batch: &Batch,
     ) -> Result<QkRoped<Self::Tensor>, BackendError> {
-        let QkvIn {
-            q,
-            k,
-            v,
-            q_norm,
-            k_norm,
-            eps,
-        } = qkv;
-        let q_normed = q_norm.map(|w| self.rms_norm(q, w, eps));
-        let k_normed = k_norm.map(|w| self.rms_norm(k, w, eps));
-        let q_rope = self.rope(q_normed.as_ref().unwrap_or(q), positions, p);
-        let k_rope = self.rope(k_normed.as_ref().unwrap_or(k), positions, p);
-        self.kv_store(cache, layer, &k_rope, v, batch)?;
-        Ok(QkRoped {
-            q_norm: q_normed,
-            k_norm: k_normed,
-            q: q_rope,
-            k: k_rope,
-        })
+        rope_store_unfused(self, cache, layer, qkv, positions, p, batch)
     }
     /// Rotary embedding of every head of every row, row `i` at `positions[i]`.
     fn rope(&self, x: &Self::Tensor, positions: &[u32], p: RopeParams) -> Self::Tensor;
@@ -310,4 +289,52 @@ pub trait Backend {
         p: AttentionParams,
         taps: &mut Taps<'_>,
     ) -> Result<Self::Tensor, BackendError>;
+}
+
+/// [`Backend::residual_norm`] as the separate ops (its default; also what a fusing backend
+/// runs for shapes its kernel does not take).
+pub fn residual_norm_unfused<B: Backend + ?Sized>(
+    b: &B,
+    a: &B::Tensor,
+    x: &B::Tensor,
+    post: Option<&B::Weight>,
+    next: Option<&B::Weight>,
+    eps: f32,
+) -> Residual<B::Tensor> {
+    let post = post.map(|w| b.rms_norm(x, w, eps));
+    let sum = b.add(a, post.as_ref().unwrap_or(x));
+    let normed = next.map(|w| b.rms_norm(&sum, w, eps));
+    Residual { post, sum, normed }
+}
+
+/// [`Backend::rope_store`] as the separate ops (its default; also what a fusing backend runs
+/// for shapes its kernel does not take).
+pub fn rope_store_unfused<B: Backend + ?Sized>(
+    b: &B,
+    cache: &mut B::KvCache,
+    layer: usize,
+    qkv: QkvIn<'_, B>,
+    positions: &[u32],
+    p: RopeParams,
+    batch: &Batch,
+) -> Result<QkRoped<B::Tensor>, BackendError> {
+    let QkvIn {
+        q,
+        k,
+        v,
+        q_norm,
+        k_norm,
+        eps,
+    } = qkv;
+    let q_normed = q_norm.map(|w| b.rms_norm(q, w, eps));
+    let k_normed = k_norm.map(|w| b.rms_norm(k, w, eps));
+    let q_rope = b.rope(q_normed.as_ref().unwrap_or(q), positions, p);
+    let k_rope = b.rope(k_normed.as_ref().unwrap_or(k), positions, p);
+    b.kv_store(cache, layer, &k_rope, v, batch)?;
+    Ok(QkRoped {
+        q_norm: q_normed,
+        k_norm: k_normed,
+        q: q_rope,
+        k: k_rope,
+    })
 }

@@ -12,8 +12,8 @@ mod host;
 pub mod taps;
 
 pub use backend::{
-    Activation, AttentionParams, Backend, BackendError, KvLayout, QkRoped, QkvIn, Residual,
-    RopeParams, RopeStyle, StepKey, WeightView,
+    residual_norm_unfused, rope_store_unfused, Activation, AttentionParams, Backend, BackendError,
+    KvLayout, QkRoped, QkvIn, Residual, RopeParams, RopeStyle, StepKey, WeightView,
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;

@@ -77,6 +77,8 @@ fn forward_ops<B: Backend>(
         .first()
         .map(|w| b.rms_norm(&x, &w.attn_norm, cfg.rms_eps));
     let mut out_norm = None;
+    // Every row goes to the head, in order (decode): the output norm joins the last add.
+    let all_rows = batch.output_rows.iter().copied().eq(0..batch.n_tokens());
     for (il, w) in model.layers.iter().enumerate() {
         let local = cfg.is_local_layer(il);
 
@@ -168,7 +170,6 @@ fn forward_ops<B: Backend>(
         // layer's attention norm, or after the last layer the output norm when every row goes
         // to the head (decode), so the head's input needs no row selection.
         let last = il + 1 == model.layers.len();
-        let all_rows = batch.output_rows.iter().copied().eq(0..batch.n_tokens());
         let next = match model.layers.get(il + 1) {
             Some(n) => Some(&n.attn_norm),
             None if all_rows => Some(&model.output_norm),
