@@ -89,8 +89,43 @@ int main(int argc, char** argv) {
         std::vector<double> ex0(n_scores), pr0(n_scores, 7.0);
         launch({(unsigned)n_rows, (unsigned)nh, 1}, 128, 0, [&] {
             attention(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc0.data(),
-                      ex0.data(), pr0.data(), out0.data(), base, nh, n_kvh, hd, scale, window);
+                      ex0.data(), pr0.data(), out0.data(), base, nh, n_kvh, hd, scale, window, nullptr, nullptr);
         });
+        // The row kernel's fused quantization of its output (fast numerics, heads of a multiple
+        // of 32 values) against the declared rule applied on the host to the output it wrote:
+        // d = max|x| / 127 per 32 values, q = round-half-even(x * (1 / d)) clamped to +-127, and
+        // the integer sum of q.
+        bool quant = hd % 32 == 0;
+        size_t nb = out0.size() / 32;
+        std::vector<signed char> q8(out0.size(), 99);
+        std::vector<Q8Blk> ds(nb, Q8Blk{-1.f, -1});
+        if (quant) {
+            std::vector<float> sc2(n_scores), out2(out0.size());
+            std::vector<double> ex2(n_scores), pr2(n_scores);
+            launch({(unsigned)n_rows, (unsigned)nh, 1}, 128, 0, [&] {
+                attention(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc2.data(),
+                          ex2.data(), pr2.data(), out2.data(), base, nh, n_kvh, hd, scale, window, q8.data(), ds.data());
+            });
+            bool same = memcmp(out0.data(), out2.data(), out0.size() * 4) == 0;
+            if (getenv("ATTN_EMU_PERTURB")) q8[q8.size() / 2] ^= 1;  // must be caught below
+            size_t bad = 0;
+            for (size_t b = 0; b < nb; b++) {
+                float a = 0.f;
+                for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out2[b * 32 + i]));
+                float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                int sum = 0;
+                for (int i = 0; i < 32; i++) {
+                    float r = std::nearbyint(out2[b * 32 + i] * id);
+                    int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
+                    sum += qi;
+                    bad += q8[b * 32 + i] != qi;
+                }
+                bad += memcmp(&ds[b].d, &d, 4) != 0 || ds[b].s != sum;
+            }
+            printf("case %d row kernel with its output quantized: %s (%zu blocks, %zu wrong)\n", cs,
+                   same && bad == 0 ? "ok" : "MISMATCH", nb, bad);
+            if (!same || bad) fails++;
+        }
         // Tiled kernel, with a few tilings.
         bool wide = hd > 256;
         int dw = wide ? 256 : hd, nd = wide ? 2 : 1, rg = 256 / dw;
@@ -103,15 +138,19 @@ int main(int argc, char** argv) {
             int chunk = std::vector<int>{8, 16, 32, 256}[U(0, 3)];
             int n_sub = (group + heads - 1) / heads;
             std::vector<float> sc1(n_scores, 9.f), out1(n_rows * q_dim, 9.f);
+            std::vector<signed char> q8t(out0.size(), 77);
+            std::vector<Q8Blk> dst(nb, Q8Blk{-2.f, -2});
+            signed char* tq = quant ? q8t.data() : nullptr;
+            Q8Blk* td = quant ? dst.data() : nullptr;
             std::vector<double> ex1(n_scores), pr1(n_scores, 9.0);
             size_t smem = smem_h(hd, tr * heads, chunk);
             auto body = [&] {
                 if (wide)
                     attention_tile_wide(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc1.data(),
-                                        ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk);
+                                        ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk, tq, td);
                 else
                     attention_tile(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc1.data(),
-                                   ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk);
+                                   ex1.data(), pr1.data(), out1.data(), base, nh, n_kvh, hd, scale, window, n_rows, tr, heads, chunk, tq, td);
             };
             launch({(unsigned)((n_rows + tr - 1) / tr), (unsigned)(n_kvh * n_sub), 1}, 256, smem, body);
             // ATTN_EMU_PERTURB: one output one ulp off, so the comparison is seen to fail (the
@@ -121,7 +160,9 @@ int main(int argc, char** argv) {
                 out1[i] = std::nextafter(out1[i], INFINITY);
             }
             bool ok = memcmp(sc0.data(), sc1.data(), n_scores * 4) == 0 && memcmp(pr0.data(), pr1.data(), n_scores * 8) == 0 &&
-                      memcmp(out0.data(), out1.data(), out0.size() * 4) == 0;
+                      memcmp(out0.data(), out1.data(), out0.size() * 4) == 0 &&
+                      (!quant || (memcmp(q8.data(), q8t.data(), q8.size()) == 0 &&
+                                  memcmp(ds.data(), dst.data(), nb * sizeof(Q8Blk)) == 0));
             size_t zeros = 0; for (auto e : ex0) zeros += e == 0.0;
             printf("case %d.%d hd %d heads %d/%d rows %d seqs %d win %d scale %g | tile %d heads %d chunk %d: %s (zero exps %zu)\n", cs, trial,
                    hd, nh, n_kvh, n_rows, nseq, window, scale, tr, heads, chunk, ok ? "ok" : "MISMATCH", zeros);

@@ -14,7 +14,8 @@ import sys
 s = open(sys.argv[1]).read()
 r = s.index("// The reference's reduction of eight partial sums"); r2 = s.index('}\n', r) + 2
 a = s.index('// Per query row: [slots offset'); b = s.index('// Weight rows [r0, r0 + rows) of W (quantized')
-k = "typedef unsigned char u8;\ntypedef unsigned int u32;\n" + s[r:r2] + s[a:b]
+q0 = s.index("struct Q8Blk {"); q1 = s.index("__constant__ signed char KVALUES_IQ4NL")
+k = "typedef unsigned char u8;\ntypedef unsigned int u32;\n" + s[q0:q1] + s[r:r2] + s[a:b]
 k = k.replace("extern __shared__ __align__(16) unsigned char att_smem[];", "unsigned char* att_smem = g_dyn_smem;")
 open(sys.argv[2], 'w').write(k)
 PY

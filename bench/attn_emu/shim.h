@@ -20,14 +20,17 @@ inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
-inline float __shfl_xor_sync(unsigned, float v, int o) {
+template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    g_shfl[threadIdx.x] = v;
+    g_shfl[threadIdx.x] = (double)v;
     g_warp_bar[warp]->arrive_and_wait();
-    float r = (float)g_shfl[(warp << 5) | (lane ^ o)];
+    T r = (T)g_shfl[(warp << 5) | (lane ^ o)];
     g_warp_bar[warp]->arrive_and_wait();
     return r;
 }
+inline float fminf(float a, float b) { return std::fmin(a, b); }
+inline float rintf(float a) { return std::rint(a); }
+inline float fabsf(float a) { return std::fabs(a); }
 struct float4 { float x, y, z, w; };
 template <class T> inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> inline T max(T a, T b) { return a > b ? a : b; }

@@ -785,11 +785,14 @@ extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* ou
 // masked) go to `scores`; exp(s - max) (f64) to `exps`; probabilities (f64) to `probs`; the
 // output is the f64 probability-weighted sum of V. Each stage reads the buffer the previous one
 // wrote, so the kq / kq_softmax taps copied from `scores` / `probs` are the consumed values.
+// With `q8q` (fast numerics, head_dim a multiple of 32), the output is also quantized for the
+// next matmul by `q8_block` on the very floats written to `out` (a warp holds 32 consecutive
+// values), bitwise what `quantize_q8_32` would make of `out`.
 extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
                                      const u32* slots, const int* info, const u8* mask,
                                      float* scores, double* exps, double* probs, float* out,
                                      size_t base, int n_heads, int n_kv_heads, int head_dim,
-                                     float scale, int window) {
+                                     float scale, int window, signed char* q8q, Q8Blk* q8d) {
     int row = blockIdx.x, h = blockIdx.y;
     const int* ri = info + row * ROW_INFO;
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
@@ -897,7 +900,11 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 #pragma unroll
     for (int i = 0; i < ATT_MAX_D; i++) {
         int d = threadIdx.x + i * blockDim.x;
-        if (d < head_dim) out[(size_t)row * q_dim + (size_t)h * head_dim + d] = (float)acc[i];
+        size_t o = (size_t)row * q_dim + (size_t)h * head_dim + d;
+        float v = (float)acc[i];
+        if (d < head_dim) out[o] = v;
+        // Uniform per warp: blockDim.x and head_dim are multiples of 32.
+        if (q8q != nullptr && d - (int)(threadIdx.x & 31) < head_dim) q8_block(v, q8q, q8d, o / 32);
     }
 }
 
@@ -986,7 +993,7 @@ __device__ __forceinline__ void attention_tile_body(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,
     int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,
-    int tile_rows, int heads_per_block, int chunk) {
+    int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) {
     extern __shared__ __align__(16) unsigned char att_smem[];
     __shared__ size_t m_off[ATT_T_MAX_RH];
     __shared__ int m_lo[ATT_T_MAX_RH], m_hi[ATT_T_MAX_RH], m_pos[ATT_T_MAX_RH],
@@ -1199,8 +1206,14 @@ __device__ __forceinline__ void attention_tile_body(
             for (int a = 0; a < ATT_T_ACC; a++) {
                 int i = a / ND, n = a % ND;
                 int rh = rg + i * RG, d = dl + n * DW;
-                if (i < ni && rh < nrh && d < head_dim)
-                    out[(size_t)m_row[rh] * q_dim + (size_t)m_h[rh] * head_dim + d] = (float)acc[a];
+                // With `q8q` (head_dim a multiple of 32) the condition is uniform per warp, whose
+                // lanes hold 32 consecutive values of one row-head: quantized as `attention` does.
+                if (i < ni && rh < nrh && d < head_dim) {
+                    size_t o = (size_t)m_row[rh] * q_dim + (size_t)m_h[rh] * head_dim + d;
+                    float v = (float)acc[a];
+                    out[o] = v;
+                    if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
+                }
             }
         }
         r0 = r1;
@@ -1214,10 +1227,10 @@ __device__ __forceinline__ void attention_tile_body(
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,     \
         int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,          \
-        int tile_rows, int heads_per_block, int chunk) {                                         \
+        int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) {           \
         attention_tile_body<ND>(q, kc, vc, slots, info, mask, scores, exps, probs, out, base,    \
                                 n_heads, n_kv_heads, head_dim, scale, window, n_rows, tile_rows, \
-                                heads_per_block, chunk);                                         \
+                                heads_per_block, chunk, q8q, q8d);                               \
     }
 ATTENTION_TILE(attention_tile, 1)
 ATTENTION_TILE(attention_tile_wide, 2)
@@ -1233,6 +1246,126 @@ extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int row
     int j = (int)(idx - r * k);
     size_t row_bytes = (size_t)(k / bs) * ts;
     out[idx] = deq_at(t, W + (r0 + r) * row_bytes, j);
+}
+
+// F16 TENSOR-CORE PREFILL: cuBLAS multiplies f16 copies of the activations and of the decoded
+// weight rows, accumulating in f32. f16 keeps 11 significant bits, as TF32 does, so the
+// rounding of each operand is TF32's; its range is not: a value beyond +-65504 would become
+// infinite, so both conversions raise `overflow` (a sticky flag the host reads at the step's
+// end and turns into an error) instead of letting the step run on silently.
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+extern "C" __global__ void to_f16(const float* __restrict__ x, u16* __restrict__ out,
+                                  unsigned* __restrict__ overflow, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = x[i];
+    if (fabsf(v) > 65504.0f) atomicOr(overflow, 1u);
+    out[i] = f2h(v);
+}
+
+// Eight consecutive values of a row (`j` a multiple of 8, so inside one block of every type,
+// and inside one sub-block of the K-quants): `deq`'s operations with the block's scales decoded
+// once instead of once per value.
+template <int TY>
+__device__ __forceinline__ void deq8(const u8* row, int j, float* v) {
+    constexpr int BS = block_elems(TY), TS = block_bytes(TY);
+    const u8* b = row + (size_t)(j / BS) * TS;
+    int e = j % BS;
+    if constexpr (TY == T_Q4_K) {
+        float d = ldh(b), mn = ldh(b + 2);
+        int g = e >> 6, l = e & 63, sc, m;
+        scale_min_k4(l < 32 ? 2 * g : 2 * g + 1, b + 4, &sc, &m);
+        float d1 = d * (float)sc, m1 = mn * (float)m;
+        const u8* qs = b + 16 + 32 * g + (l & 31);
+        int shift = l < 32 ? 0 : 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = d1 * (float)((qs[i] >> shift) & 0xF) - m1;
+    } else if constexpr (TY == T_Q5_K) {
+        float d = ldh(b), mn = ldh(b + 2);
+        int g = e >> 6, l = e & 63, sc, m;
+        scale_min_k4(e >> 5, b + 4, &sc, &m);
+        float dl = d * (float)sc, ml = mn * (float)m;
+        const u8* qs = b + 48 + 32 * g + (l & 31);
+        const u8* qh = b + 16 + (l & 31);
+        int shift = l < 32 ? 0 : 4, bit = l < 32 ? (1 << (2 * g)) : (2 << (2 * g));
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int q = ((qs[i] >> shift) & 0xF) + ((qh[i] & bit) ? 16 : 0);
+            v[i] = dl * (float)q - ml;
+        }
+    } else if constexpr (TY == T_Q6_K) {
+        float d = ldh(b + 208);
+        int n = e >> 7, k = (e >> 5) & 3, l = e & 31;
+        const u8* ql = b + 64 * n + ((k & 1) ? 32 : 0) + l;
+        const u8* qh = b + 128 + 32 * n + l;
+        float dl = d * (float)(signed char)b[192 + (e >> 4)];
+        int shift = k < 2 ? 0 : 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int q = (((ql[i] >> shift) & 0xF) | (((qh[i] >> (2 * k)) & 3) << 4)) - 32;
+            v[i] = dl * (float)q;
+        }
+    } else if constexpr (TY == T_Q4_0 || TY == T_Q4_1) {
+        constexpr int QO = TY == T_Q4_0 ? 2 : 4;
+        float d = ldh(b);
+        const u8* qs = b + QO + (e & 15);
+        int shift = e < 16 ? 0 : 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            int q = (qs[i] >> shift) & 0xF;
+            if constexpr (TY == T_Q4_0) v[i] = (float)(q - 8) * d;
+            else v[i] = (float)q * d + ldh(b + 2);
+        }
+    } else if constexpr (TY == T_Q8_0) {
+        float d = ldh(b);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = (float)(signed char)b[2 + e + i] * d;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = deq(TY, b, e + i);
+    }
+}
+
+// Weight rows [r0, r0 + rows) decoded to f16 (`k` a multiple of 8): a thread decodes eight
+// consecutive values, formed by `deq`'s operations, and stores them as one 16-byte write.
+extern "C" __global__ void dequant_rows_f16(const u8* __restrict__ W, u16* __restrict__ out,
+                                           unsigned* __restrict__ overflow, int r0, int rows,
+                                           int k, int ty, int bs, int ts) {
+    size_t e = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8;
+    if (e >= (size_t)rows * k) return;
+    size_t r = e / k;
+    int j = (int)(e - r * k);
+    const u8* row = W + (r0 + r) * ((size_t)(k / bs) * ts);
+    float v[8];
+    switch (ty) {
+        case T_Q4_0: deq8<T_Q4_0>(row, j, v); break;
+        case T_Q4_1: deq8<T_Q4_1>(row, j, v); break;
+        case T_Q5_0: deq8<T_Q5_0>(row, j, v); break;
+        case T_Q5_1: deq8<T_Q5_1>(row, j, v); break;
+        case T_Q8_0: deq8<T_Q8_0>(row, j, v); break;
+        case T_Q4_K: deq8<T_Q4_K>(row, j, v); break;
+        case T_Q5_K: deq8<T_Q5_K>(row, j, v); break;
+        case T_Q6_K: deq8<T_Q6_K>(row, j, v); break;
+        default: {
+            QType t{ty, bs, ts};
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] = deq_at(t, row, j + i);
+        }
+    }
+    unsigned w[4];
+    bool big = false;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        big |= fabsf(v[2 * i]) > 65504.0f || fabsf(v[2 * i + 1]) > 65504.0f;
+        w[i] = (unsigned)f2h(v[2 * i]) | ((unsigned)f2h(v[2 * i + 1]) << 16);
+    }
+    if (big) atomicOr(overflow, 1u);
+    *reinterpret_cast<uint4*>(out + e) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // ============================================================================================

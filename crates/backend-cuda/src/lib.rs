@@ -220,6 +220,9 @@ struct Kernels {
     /// Dynamic shared memory a one-row (decode) tiled attention block may take.
     attention_one_row_smem: usize,
     dequant_rows: CudaFunction,
+    /// The f16 tensor-core prefill's conversions (activations; decoded weight rows).
+    to_f16: CudaFunction,
+    dequant_rows_f16: CudaFunction,
     /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
     /// gate/up/activation; the activation quantizer and its values for the other types.
     fast_mm: Vec<(i32, CudaFunction)>,
@@ -263,11 +266,29 @@ pub const GEMM_MIN_ROWS: usize = steps::MAX_GRAPH_TOKENS + 1;
 /// weight is multiplied in row chunks).
 const GEMM_SCRATCH_FLOATS: usize = 64 << 20;
 
-/// The tensor-core prefill: a cuBLAS handle on the backend's stream and the buffer weight rows
-/// are decoded into.
+/// The tensor-core prefill: a cuBLAS handle on the backend's stream and the buffers weight rows
+/// and activations are converted into.
 struct TensorGemm {
     blas: cudarc::cublas::CudaBlas,
+    /// f16 operands (the default) or TF32 (`LOCKSTEP_CUDA_GEMM=tf32`). Both round every
+    /// operand to 11 significant bits and accumulate in f32; f16 moves half the bytes and runs
+    /// at twice TF32's rate, but holds only values up to 65504 (see `overflow`).
+    half: bool,
     scratch: RefCell<Option<CudaSlice<f32>>>,
+    scratch_h: RefCell<Option<CudaSlice<u16>>>,
+    /// The f16 copy of the activations, and the tensor it was made from (q, k and v, gate and
+    /// up share one).
+    x_h: RefCell<Option<CudaSlice<u16>>>,
+    x_h_of: std::cell::Cell<Option<u64>>,
+    /// Set on the device when a value beyond f16's range met a conversion; read and cleared
+    /// when a step that ran an f16 GEMM ends.
+    overflow: RefCell<CudaSlice<u32>>,
+    ran: std::cell::Cell<bool>,
+}
+
+/// Whether the tensor-core prefill multiplies in f16 (`LOCKSTEP_CUDA_GEMM=tf32`: TF32).
+fn gemm_in_f16() -> bool {
+    std::env::var("LOCKSTEP_CUDA_GEMM").map_or(true, |v| v != "tf32")
 }
 
 struct AttnDev {
@@ -558,6 +579,8 @@ impl CudaBackend {
             attention_tile,
             attention_tile_wide,
             dequant_rows: f("dequant_rows")?,
+            to_f16: f("to_f16")?,
+            dequant_rows_f16: f("dequant_rows_f16")?,
             fast_mm,
             fast_gu,
             fast_mm3,
@@ -584,9 +607,18 @@ impl CudaBackend {
             }
             .result()
             .map_err(|e| unavailable(format!("cuBLAS math mode: {e}")))?;
+            let overflow = stream
+                .alloc_zeros::<u32>(1)
+                .map_err(|e| unavailable(format!("f16 overflow flag: {e}")))?;
             Some(TensorGemm {
                 blas,
+                half: gemm_in_f16(),
                 scratch: RefCell::new(None),
+                scratch_h: RefCell::new(None),
+                x_h: RefCell::new(None),
+                x_h_of: std::cell::Cell::new(None),
+                overflow: RefCell::new(overflow),
+                ran: std::cell::Cell::new(false),
             })
         };
         let base_name = match (numerics, opts.deterministic) {
@@ -993,6 +1025,9 @@ impl CudaBackend {
     ) {
         use cudarc::cublas::{sys::cublasOperation_t as Op, Gemm, GemmConfig};
         let (n, k, m) = (x.rows, x.cols, w.rows);
+        if g.half && k.is_multiple_of(8) {
+            return self.matmul_gemm_f16(g, x, w, out);
+        }
         let chunk = (GEMM_SCRATCH_FLOATS / k).clamp(1, m);
         let mut scratch = g.scratch.borrow_mut();
         if scratch.as_ref().is_none_or(|s| s.len() < chunk * k) {
@@ -1037,6 +1072,132 @@ impl CudaBackend {
                 .unwrap_or_else(|e| device_failure("gemm", e));
             r0 += rows;
         }
+    }
+
+    /// [`Self::matmul_gemm`] with f16 operands: `x` converted once (kept for the next matmul of
+    /// the same tensor), chunks of W's rows decoded to f16, one cuBLAS GEMM per chunk
+    /// (`cublasGemmEx`, f16 inputs, f32 accumulation and output).
+    fn matmul_gemm_f16(
+        &self,
+        g: &TensorGemm,
+        x: &CudaTensor,
+        w: &CudaWeight,
+        out: &mut CudaSlice<f32>,
+    ) {
+        use cudarc::cublas::sys::{
+            cublasComputeType_t as Compute, cublasGemmAlgo_t as Algo, cublasGemmEx,
+            cublasOperation_t as Op, cudaDataType as Dt,
+        };
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let (n, k, m) = (x.rows, x.cols, w.rows);
+        g.ran.set(true);
+        let mut flag = g.overflow.borrow_mut();
+        let mut x_h = g.x_h.borrow_mut();
+        if x_h.as_ref().is_none_or(|b| b.len() < n * k) {
+            *x_h = Some(self.alloc::<u16>("f16 activations", n * k));
+            g.x_h_of.set(None);
+        }
+        let Some(xh) = x_h.as_mut() else {
+            unreachable!("allocated above")
+        };
+        if g.x_h_of.get() != Some(x.id) {
+            let nk = (n * k) as i64;
+            let mut b = self.stream.launch_builder(&self.k.to_f16);
+            b.arg(x.buf()).arg(&mut *xh).arg(&mut *flag).arg(&nk);
+            // SAFETY: x holds n x k values, xh at least as many.
+            unsafe { b.launch(self.elementwise("to_f16", n * k)) }
+                .unwrap_or_else(|e| device_failure("to_f16", e));
+            g.x_h_of.set(Some(x.id));
+        }
+        let chunk = (2 * GEMM_SCRATCH_FLOATS / k).clamp(1, m);
+        let mut scratch = g.scratch_h.borrow_mut();
+        if scratch.as_ref().is_none_or(|s| s.len() < chunk * k) {
+            *scratch = Some(self.alloc::<u16>("gemm scratch", chunk * k));
+        }
+        let Some(scr) = scratch.as_mut() else {
+            unreachable!("allocated above")
+        };
+        let d = w.desc;
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = chunk.min(m - r0);
+            let (r0i, ri, ki) = (r0 as i32, rows as i32, k as i32);
+            let mut b = self.stream.launch_builder(&self.k.dequant_rows_f16);
+            b.arg(&w.data)
+                .arg(&mut *scr)
+                .arg(&mut *flag)
+                .arg(&r0i)
+                .arg(&ri)
+                .arg(&ki)
+                .arg(&d.id)
+                .arg(&d.block)
+                .arg(&d.bytes);
+            // SAFETY: rows r0..r0+rows of the weight exist; k is a multiple of 8, so each
+            // thread's eight values lie in one row and the scratch (chunk x k) holds them all.
+            unsafe { b.launch(self.elementwise("dequant_rows_f16", rows * k / 8)) }
+                .unwrap_or_else(|e| device_failure("dequant_rows_f16", e));
+            {
+                let (a_ptr, _ra) = scr.device_ptr(&self.stream);
+                let (b_ptr, _rb) = xh.device_ptr(&self.stream);
+                let mut dst = out.slice_mut(r0..);
+                let (c_ptr, _rc) = dst.device_ptr_mut(&self.stream);
+                // SAFETY: A (rows x k f16, lda k) is the scratch, B (n x k f16, ldb k) the
+                // converted activations, C starts at column r0 of the m-wide f32 output rows
+                // (ldc m): every write stays inside out (n x m). All on the handle's stream.
+                unsafe {
+                    cublasGemmEx(
+                        *g.blas.handle(),
+                        Op::CUBLAS_OP_T,
+                        Op::CUBLAS_OP_N,
+                        ri,
+                        n as i32,
+                        ki,
+                        (&alpha as *const f32).cast(),
+                        a_ptr as *const std::ffi::c_void,
+                        Dt::CUDA_R_16F,
+                        ki,
+                        b_ptr as *const std::ffi::c_void,
+                        Dt::CUDA_R_16F,
+                        ki,
+                        (&beta as *const f32).cast(),
+                        c_ptr as *mut std::ffi::c_void,
+                        Dt::CUDA_R_32F,
+                        m as i32,
+                        Compute::CUBLAS_COMPUTE_32F,
+                        Algo::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                .result()
+                .unwrap_or_else(|e| device_failure("f16 gemm", e));
+            }
+            r0 += rows;
+        }
+    }
+
+    /// Whether an f16 GEMM of the step that ends now met a value beyond f16's range (the flag
+    /// is cleared for the next step).
+    fn f16_overflowed(&self) -> Result<(), BackendError> {
+        let Some(g) = self.gemm.as_ref().filter(|g| g.ran.replace(false)) else {
+            return Ok(());
+        };
+        let mut flag = g.overflow.borrow_mut();
+        let v = self
+            .stream
+            .clone_dtoh(&*flag)
+            .unwrap_or_else(|e| device_failure("f16 overflow flag", e));
+        if v.first().is_some_and(|&f| f != 0) {
+            self.stream
+                .memset_zeros(&mut *flag)
+                .unwrap_or_else(|e| device_failure("f16 overflow flag", e));
+            return Err(BackendError::Other(
+                "cuda: a value beyond f16's range (|x| > 65504) reached the f16 tensor-core \
+                 prefill in this step, so its results are not finite; LOCKSTEP_CUDA_GEMM=tf32 \
+                 or --deterministic multiply without f16"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// The first `n` values of `buf` on the host, through a page-locked staging buffer (a
@@ -1530,7 +1691,11 @@ impl Backend for CudaBackend {
     fn end_step(&self, logits: CudaTensor) -> Result<Option<HostTensor>, BackendError> {
         let mode = self.steps.borrow().mode;
         match mode {
-            Mode::Eager => Ok(Some(self.to_host(&logits))),
+            Mode::Eager => {
+                let h = self.to_host(&logits);
+                self.f16_overflowed()?;
+                Ok(Some(h))
+            }
             Mode::Record => {
                 let h = self.to_host(&logits);
                 drop(logits);
@@ -2331,6 +2496,13 @@ impl Backend for CudaBackend {
         }
         let mut out = self.alloc_f32("attention", q.rows * q_dim);
         let base = layer * l.n_slots();
+        let (choice, force_tile_rows) = attention_knobs();
+        let row_kernel = plan::use_row_attention(choice, q.rows, batch.seqs.len(), hd);
+        // The kernel quantizes its output for the next matmul (fast numerics).
+        let quant = hd.is_multiple_of(32)
+            && self.norm_quantizes(q.rows, q_dim, q_dim)
+            && attention_quantizes();
+        let mut q8 = quant.then(|| self.q8_room(q.rows, q_dim));
         self.with_input(kind, |dev| -> Result<(), BackendError> {
             let DevInput::Attn(dev) = dev else {
                 unreachable!("an attention table")
@@ -2344,7 +2516,6 @@ impl Backend for CudaBackend {
             if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
-                let (row_kernel, force_tile_rows) = attention_knobs();
                 let tile = plan::attention_tile(
                     q.rows,
                     batch.seqs.len(),
@@ -2384,6 +2555,11 @@ impl Backend for CudaBackend {
                     tile.heads as i32,
                     tile.chunk as i32,
                 );
+                let null = 0u64;
+                let mut parts = q8
+                    .as_mut()
+                    .and_then(|b| b.as_mut())
+                    .map(|b| b.split_at_mut(q.rows * q_dim));
                 let cfg = if row_kernel {
                     LaunchConfig {
                         grid_dim: (q.rows as u32, p.n_heads as u32, 1),
@@ -2397,6 +2573,11 @@ impl Backend for CudaBackend {
                         block_dim: (plan::ATT_TILE_THREADS as u32, 1, 1),
                         shared_mem_bytes: tile.smem_bytes,
                     }
+                };
+                // Both kernels take the quantized output's buffers last (null: not quantized).
+                match parts.as_mut() {
+                    Some((qq, dd)) => b.arg(qq).arg(dd),
+                    None => b.arg(&null).arg(&null),
                 };
                 // SAFETY: the plan checked every slot against the cache, every row's sequence and
                 // mask; the score buffers hold n_scores values; the tiled kernels' shared memory
@@ -2442,7 +2623,12 @@ impl Backend for CudaBackend {
             }
             Ok(())
         })?;
-        Ok(self.tensor("attention", out, q.rows, q_dim))
+        drop(q8);
+        let t = self.tensor("attention", out, q.rows, q_dim);
+        if quant {
+            self.q8_of.set(Some(t.id));
+        }
+        Ok(t)
     }
 }
 
@@ -2470,19 +2656,32 @@ fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
     }
 }
 
-/// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` runs the one
-/// block per (row, head) kernel instead of the tiled ones (for comparison: both compute the
-/// same values bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
+/// Whether the attention kernels quantize their output for the next matmul
+/// (`LOCKSTEP_CUDA_ATTN_Q8=0`: a separate `quantize_q8_32` launch does; the same values
+/// bitwise, a comparison knob).
+fn attention_quantizes() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs
+/// the one block per (row, head) kernel (or the tiled ones) for every step instead of
+/// [`plan::use_row_attention`]'s choice (for comparison: both compute the same values
+/// bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
 /// that fits, at most N) instead of `plan::attention_tile`'s choice.
-fn attention_knobs() -> (bool, usize) {
-    static KNOBS: std::sync::OnceLock<(bool, usize)> = std::sync::OnceLock::new();
+fn attention_knobs() -> (plan::AttnChoice, usize) {
+    static KNOBS: std::sync::OnceLock<(plan::AttnChoice, usize)> = std::sync::OnceLock::new();
     *KNOBS.get_or_init(|| {
-        let row = std::env::var("LOCKSTEP_CUDA_ATTN").is_ok_and(|v| v == "row");
+        let choice = match std::env::var("LOCKSTEP_CUDA_ATTN").as_deref() {
+            Ok("row") => plan::AttnChoice::Row,
+            Ok("tile") => plan::AttnChoice::Tile,
+            _ => plan::AttnChoice::Auto,
+        };
         let cap = std::env::var("LOCKSTEP_CUDA_ATTN_TILE")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        (row, cap)
+        (choice, cap)
     })
 }
 

@@ -256,6 +256,37 @@ const _: () = assert!(ATT_TILE_SMEM + ATT_TILE_STATIC_SMEM <= 48 * 1024);
 /// Blocks the planner aims for (two per SM of a 132-SM H100) before it shrinks tiles to 2 rows.
 pub const ATT_TILE_TARGET_BLOCKS: usize = 264;
 
+/// Which attention kernel a step runs: chosen per step shape ([`use_row_attention`]) or forced
+/// by `LOCKSTEP_CUDA_ATTN` for comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttnChoice {
+    Auto,
+    Row,
+    Tile,
+}
+
+/// Whether a step of `n_rows` rows in `n_seqs` sequences, heads of `head_dim` values, runs the
+/// one block per (row, head) attention kernel rather than the tiled one. Both give the same
+/// values bitwise, so this is speed alone. A decode step (one row a sequence) has no rows to
+/// share staged keys between; there the row kernel won for heads of up to 128 values and lost
+/// for Gemma-3's 256 (tg128 on an H100, session 7: Llama-3.2-1B 923.9 against 864.8 tokens/s,
+/// SmolLM2 914.0 / 878.1, Llama-3.1-8B 266.6 / 256.6, Gemma-3-270M 793.5 / 841.7). The choice
+/// depends on the step's shape alone, never on its context length, so a step graph replays
+/// the kernel the eager step would run. (Over longer contexts the tiles win everywhere: tg1024
+/// SmolLM2 350.3 / 397.9.)
+pub fn use_row_attention(
+    choice: AttnChoice,
+    n_rows: usize,
+    n_seqs: usize,
+    head_dim: usize,
+) -> bool {
+    match choice {
+        AttnChoice::Row => true,
+        AttnChoice::Tile => false,
+        AttnChoice::Auto => n_rows <= n_seqs && head_dim <= 128,
+    }
+}
+
 /// Launch geometry of the tiled attention kernels (`attention_tile` for heads of up to 256
 /// values, `attention_tile_wide` up to 512). Only speed depends on it: every (row, head) gets
 /// the same arithmetic whatever the tiling, so any choice keeps results bitwise equal and
@@ -395,6 +426,18 @@ pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
 mod tests {
     use super::*;
     use lockstep_graph::BatchSeq;
+
+    #[test]
+    fn decode_steps_with_heads_up_to_128_take_the_row_attention_and_the_rest_the_tiles() {
+        use AttnChoice::*;
+        assert!(use_row_attention(Auto, 1, 1, 64));
+        assert!(use_row_attention(Auto, 64, 64, 128));
+        assert!(!use_row_attention(Auto, 1, 1, 256));
+        assert!(!use_row_attention(Auto, 2, 1, 64));
+        assert!(!use_row_attention(Auto, 65, 64, 64));
+        assert!(use_row_attention(Row, 512, 1, 256));
+        assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
 
     #[test]
     fn every_cpu_type_has_a_descriptor_with_its_block_geometry() {
