@@ -110,11 +110,13 @@ impl Arithmetic {
 }
 
 /// The cuda backend (without `--deterministic`) multiplies the steps of at least this many
-/// rows on the tensor cores in TF32 (`lockstep_backend_cuda::GEMM_MIN_ROWS`; the CLI asserts
+/// rows on the tensor cores, in f16 (or TF32 with `LOCKSTEP_CUDA_GEMM=tf32`): both keep 11
+/// significant bits of every operand and accumulate in f32, so one bound holds both (`lockstep_backend_cuda::GEMM_MIN_ROWS`; the CLI asserts
 /// the two agree).
 pub const CUDA_GEMM_MIN_ROWS: usize = 65;
 
-/// TF32's unit roundoff: 10 stored significand bits.
+/// TF32's unit roundoff: 10 stored significand bits (f16's too, for values in its normal range;
+/// below 2^-14 an f16 operand's error is at most 2^-25 absolute, negligible in the energy sum).
 pub const U_TF32: f64 = 1.0 / 2048.0;
 
 /// The steps whose matmuls backend `name` runs in TF32 (from this many rows on), if any.

@@ -26,7 +26,8 @@ use serde::Serialize;
 use crate::diff::fmt_e;
 use crate::isolate::{
     act_bound, attention_error_bounds, column_squares, kv_cache_f16, kv_f16_bound, matmul_bound,
-    norm_bound, quantize_q8_f32, quantizes, rope_bound, rounding_bound, Arithmetic, AttnGeom,
+    norm_bound, quantize_q8_f32, quantizes, rope_bound, rounding_bound, tensor_core_rows,
+    tf32_matmul_bound, Arithmetic, AttnGeom,
 };
 use crate::metrics::{compare, Metrics};
 use crate::taps::TapFilter;
@@ -367,6 +368,13 @@ impl<'b, B: Backend> Harness<'b, B> {
             Err(e) => return self.error("matmul", shape, ty.name(), e.to_string(), false),
         };
         let got = self.b.to_host(&self.b.matmul(&bx, &bw));
+        // A backend that multiplies long steps on tensor cores (f16 or TF32 operands, no 8-bit
+        // activations) is held to that arithmetic's bound.
+        if tensor_core_rows(&self.name).is_some_and(|r| n >= r) {
+            let exp = self.r.matmul(&rx, &rw);
+            let bound = tf32_matmul_bound(&column_squares(&rw.data, k), &rx, &exp);
+            return self.record("matmul", shape, ty.name(), &exp, &got, bound);
+        }
         let xq = if quantizes(self.arith, ty) {
             quantize_q8_f32(&rx)
         } else {
@@ -1131,6 +1139,8 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
             for (n, m) in [(1usize, 2usize), (1, 67), (2, 33), (7, 16), (33, 9)] {
                 h.matmul_case(ty, n, k, m);
             }
+            // A prefill-sized step (cuda: the tensor-core path).
+            h.matmul_case(ty, 80, k, 24);
         }
         if float {
             for k in [67usize, 300] {
