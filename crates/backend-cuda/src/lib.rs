@@ -1759,6 +1759,12 @@ impl Backend for CudaBackend {
     }
 
     fn abandon_step(&self) {
+        // A failed step's f16 range flag must not fail the next one.
+        if let Some(g) = self.gemm.as_ref().filter(|g| g.ran.replace(false)) {
+            self.stream
+                .memset_zeros(&mut *g.overflow.borrow_mut())
+                .unwrap_or_else(|e| device_failure("f16 overflow flag", e));
+        }
         let mut st = self.steps.borrow_mut();
         let mode = std::mem::replace(&mut st.mode, Mode::Eager);
         let store = st.current.take();

@@ -176,7 +176,8 @@ pub trait Backend {
 
     /// Ends the step begun by `begin_step` with its logits tensor: the logits on the host, or
     /// `None` when the ops were only recorded and not run (a capture the backend dropped), in
-    /// which case the caller runs them again, eagerly.
+    /// which case the caller runs them again, eagerly. A tapped step, never begun, ends here
+    /// too and must get `Some`.
     fn end_step(&self, logits: Self::Tensor) -> Result<Option<HostTensor>, BackendError> {
         Ok(Some(self.to_host(&logits)))
     }

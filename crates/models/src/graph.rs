@@ -24,7 +24,11 @@ pub fn forward<B: Backend>(
 ) -> Result<HostTensor, ModelError> {
     if taps.active() {
         let logits = forward_ops(b, model, cache, batch, taps)?;
-        let logits = b.to_host(&logits);
+        // An eager step still ends through `end_step`, so a backend's end-of-step checks
+        // (cuda: the f16 GEMM's range flag) hold for tapped runs too.
+        let Some(logits) = b.end_step(logits)? else {
+            unreachable!("a step that was never begun ran eagerly and has its logits")
+        };
         taps.emit("result_output", || logits.clone());
         return Ok(logits);
     }
