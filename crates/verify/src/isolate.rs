@@ -1592,9 +1592,14 @@ pub struct AttnGeom {
 ///
 /// Scores: an f32 dot of `hd` terms is off by at most `hd u sum_i |q_i k_i| <= hd u |q| |k|`
 /// (times the scale). Output: score errors `ds_j` move every probability by at most
-/// `2 max_j ds_j` relative; the softmax itself adds `(max|s - max| + n + 4) u` (exp's argument,
-/// exp, the sum of n terms, the division) and the weighted sum `(n + 3) u`, all relative to
-/// `sum_j p_j |v_j|`.
+/// `2 max_j ds_j` relative; the rest is relative to `sum_j p_j |v_j|`. A softmax formed per key
+/// (exp's argument, exp, the sum of n terms, the division: `(max|s - max| + n + 4) u`) and then
+/// the weighted sum (`(n + 3) u`) stays within `(2 max|s - max| + 2 n + 12) u`, the bound of a
+/// split (flash-decoding) softmax in f32, which the cuda backend's decode steps run: each key's
+/// weight `expf(s - m_span) expf(m_span - max)` carries two arguments (`2 max|s - max| u`),
+/// two f32 exps of at most 2 ulp (`8 u`) and their product (`u`); the normalizer and each
+/// output sum n terms through the span sums and their combination (at most n additions on any
+/// term's path, `n u` each); the products with V and the final division add `2 u`.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_error_bounds(
     arith: Arithmetic,
@@ -1638,7 +1643,7 @@ pub fn attention_error_bounds(
                 max_ds = max_ds.max(ds);
                 max_spread = max_spread.max(f64::from(smax) - f64::from(srow[j]));
             }
-            let eps = 2.0 * max_ds + (max_spread + 2.0 * n_vis + 7.0) * U * fb + q16;
+            let eps = 2.0 * max_ds + (2.0 * max_spread + 2.0 * n_vis + 12.0) * U * fb + q16;
             p_eps[i * nh + h] = eps;
             let base = (i * nh + h) * hd;
             let mut tiny = vec![0f64; hd];

@@ -1241,6 +1241,43 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         let k = if ty.block_size() == 256 { 256 } else { 1024 };
         h.matmul_case(ty, 80, k, 24);
     }
+    // Decode steps over long contexts (cuda: the split-key attention, keys cut into spans):
+    // Gemma-3's and Llama's head layouts, a window, a mask, several sequences. Last too.
+    {
+        let kv_f16 = kv_cache_f16(arith, name);
+        let cases: [AttnCase<'static>; 3] = [
+            AttnCase {
+                label: "MQA long decode",
+                n_heads: 4,
+                n_kv_heads: 1,
+                head_dim: 256,
+                window: None,
+                seqs: &[(700, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA decode, 2 seqs, window",
+                n_heads: 8,
+                n_kv_heads: 2,
+                head_dim: 128,
+                window: Some(300),
+                seqs: &[(420, 1), (37, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA decode, 3 seqs, mask",
+                n_heads: 9,
+                n_kv_heads: 3,
+                head_dim: 64,
+                window: None,
+                seqs: &[(250, 1), (3, 1), (64, 1)],
+                masked: true,
+            },
+        ];
+        for c in cases {
+            h.attention_case(c, kv_f16);
+        }
+    }
     OpsReport {
         backend: name.to_string(),
         arithmetic: arith,
