@@ -126,6 +126,96 @@ int main(int argc, char** argv) {
                    same && bad == 0 ? "ok" : "MISMATCH", nb, bad);
             if (!same || bad) fails++;
         }
+        // Split-key kernels (`cuda` decode steps; run here on every row, each independent): f32
+        // arithmetic, so held to the isolation bound against the row kernel's f64 results
+        // (scores: hd u scale sum|q k|; output: (2 max_ds + (2 spread + 2 n + 12) u) sum p|v|,
+        // as verify's attention_error_bounds), and its fused quantization to the q8 rule.
+        if (group <= 8 && hd <= 512) {
+            // The first rows only, and many spans only for a few rows: every block is 128
+            // threads to start.
+            int sr = std::min(n_rows, 12);
+            int n_opts = 1;
+            for (int sp : {2, 3, 8, 32}) n_opts += sr * n_kvh * sp <= 192;
+            int n_spans = std::vector<int>{1, 2, 3, 8, 32}[U(0, n_opts - 1)];
+            int min_keys = std::vector<int>{1, 4, 32}[U(0, 2)];
+            std::vector<float> sc3(n_scores, 5.f), out3(out0.size(), 5.f);
+            std::vector<float> part((size_t)n_rows * nh * n_spans * (hd + 2), 5.f);
+            launch({(unsigned)sr, (unsigned)n_kvh, (unsigned)n_spans}, 128, 0, [&] {
+                attention_split(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc3.data(),
+                                part.data(), base, nh, n_kvh, hd, scale, window, min_keys);
+            });
+            std::vector<signed char> q8s(out0.size(), 55);
+            std::vector<Q8Blk> dss(nb, Q8Blk{-3.f, -3});
+            launch({(unsigned)sr, (unsigned)nh, 1}, 128, 0, [&] {
+                attention_combine(part.data(), out3.data(), nh, hd, n_spans, quant ? q8s.data() : nullptr,
+                                  quant ? dss.data() : nullptr);
+            });
+            size_t bad_q = 0;
+            if (quant) {
+                for (size_t b = 0; b < (size_t)sr * q_dim / 32; b++) {
+                    float a = 0.f;
+                    for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out3[b * 32 + i]));
+                    float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                    int sum = 0;
+                    for (int i = 0; i < 32; i++) {
+                        float r = std::nearbyint(out3[b * 32 + i] * id);
+                        int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
+                        sum += qi;
+                        bad_q += q8s[b * 32 + i] != qi;
+                    }
+                    bad_q += memcmp(&dss[b].d, &d, 4) != 0 || dss[b].s != sum;
+                }
+            }
+            if (getenv("ATTN_EMU_PERTURB")) {
+                size_t i = (size_t)sr * q_dim / 2;
+                out3[i] += 1e-3f * std::fabs(out3[i]) + 1e-3f;
+            }
+            const double u = 1.0 / 16777216.0;
+            size_t bad_s = 0, bad_o = 0;
+            double worst = 0.0;
+            for (int r = 0; r < sr; r++) {
+                const int* c = &info[r * 5];
+                int n_kv = c[1];
+                for (int h = 0; h < nh; h++) {
+                    int kh = h / group;
+                    size_t off = (size_t)c[3] + (size_t)h * n_kv;
+                    const float* qh = &qv[(size_t)r * q_dim + (size_t)h * hd];
+                    double max_ds = 0.0, smax = -INFINITY, smin = INFINITY, n_vis = 0;
+                    for (int j = 0; j < n_kv; j++) {
+                        float e = sc0[off + j], g = sc3[off + j];
+                        if (e == -INFINITY || g == -INFINITY) {
+                            bad_s += memcmp(&e, &g, 4) != 0;
+                            continue;
+                        }
+                        const float* kr = &kc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd];
+                        double a = 0.0;
+                        for (int d = 0; d < hd; d++) a += std::fabs((double)qh[d] * kr[d]);
+                        double tol = hd * u * std::fabs(scale) * a;
+                        bad_s += std::fabs((double)g - e) > tol;
+                        max_ds = std::max(max_ds, tol);
+                        smax = std::max(smax, (double)e);
+                        smin = std::min(smin, (double)e);
+                        n_vis++;
+                    }
+                    double eps = 2 * max_ds + (2 * (n_vis ? smax - smin : 0.0) + 2 * n_vis + 12) * u;
+                    for (int d = 0; d < hd; d++) {
+                        double pv = 0.0;
+                        for (int j = 0; j < n_kv; j++)
+                            pv += pr0[off + j] * std::fabs((double)vc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd + d]);
+                        size_t o = (size_t)r * q_dim + (size_t)h * hd + d;
+                        double err = std::fabs((double)out3[o] - out0[o]), tol = eps * pv;
+                        if (err > tol) bad_o++;
+                        if (tol > 0) worst = std::max(worst, err / tol);
+                    }
+                }
+            }
+            bool ok = bad_s == 0 && bad_o == 0;
+            printf("case %d split rows %d spans %d min keys %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s\n", cs,
+                   sr, n_spans, min_keys, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
+                   quant ? (bad_q ? ", split q8: MISMATCH" : ", split q8: ok") : "");
+            if (!ok) fails++;
+            if (bad_q) fails++;
+        }
         // Tiled kernel, with a few tilings.
         bool wide = hd > 256;
         int dw = wide ? 256 : hd, nd = wide ? 2 : 1, rg = 256 / dw;

@@ -1235,6 +1235,242 @@ __device__ __forceinline__ void attention_tile_body(
 ATTENTION_TILE(attention_tile, 1)
 ATTENTION_TILE(attention_tile_wide, 2)
 
+// SPLIT-KEY DECODE ATTENTION (`attention_split`, then `attention_combine`): flash-decoding in
+// f32, run by `cuda` (fast numerics, not deterministic) for decode steps, one row a sequence.
+// A row's visible range [lo, hi] is cut into gridDim.z spans of at least `min_keys` keys; one
+// block per (row, KV head, span) serves all the query heads of that KV head, so each K and V
+// row is read once for all of them:
+//  - scores: one warp per key, each lane an f32 partial dot over every 32nd element, summed by
+//    a butterfly of shuffles (every lane ends with the same value), times scale, -inf where
+//    masked; written to `scores` for every key of the row (-inf outside [lo, hi]), as
+//    `attention` does: the kq tap is this buffer;
+//  - the span's max m per head; e = expf(s - m) of the scores read back from `scores` (0 for
+//    -inf), their sum l and the sums of e * V in f32, keys in order within the span;
+//  - (m, l, sum e V) per (row, head, span) to `part`, (head_dim + 2) floats each.
+// `attention_combine` (a block per (row, head)) rescales the spans to the largest m, M, with
+// w = expf(m - M): L = sum w l and out = (sum w acc) / L, spans in order. Per-key
+// probabilities are never formed, so this path does not expose kq_softmax (hidden_taps). The
+// output is quantized for the next matmul as `attention` does. The spans' count depends on the
+// step's shape, so results are not batch-invariant: `cuda-det` and `cuda-exact` never run this.
+#define ATT_S_THREADS 128
+#define ATT_S_MAX_G 8
+#define ATT_S_SUB 64
+#define ATT_S_MAX_D 512
+// The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_S_THREADS).
+#define ATT_SPLIT_SPANS 32
+
+__device__ __forceinline__ int att_s_head(int kh, int i, int group, int n_kv_heads) {
+#ifdef FAULT_WRONG_KV_HEAD
+    return kh + i * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#else
+    return kh * group + i;
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
+    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const u8* mask, float* scores, float* part, size_t base, int n_heads, int n_kv_heads,
+    int head_dim, float scale, int window, int min_keys) {
+    const float NEG_INF = __int_as_float(0xff800000);
+    int row = blockIdx.x, kh = blockIdx.y, span = blockIdx.z, n_spans = gridDim.z;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int* ri = info + row * ROW_INFO;
+    int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
+    size_t soff_sc = (size_t)ri[3];
+    int group = n_heads / n_kv_heads;
+#ifdef FAULT_KV_VIEW_OFFSET
+    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
+#endif
+    int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
+    __shared__ float s_q[ATT_S_MAX_G * ATT_S_MAX_D];
+    __shared__ float s_e[ATT_S_MAX_G * ATT_S_SUB];
+    __shared__ u32 s_slot[ATT_S_SUB];
+    __shared__ float s_wmax[ATT_S_THREADS / 32][ATT_S_MAX_G];
+    __shared__ float s_m[ATT_S_MAX_G];
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int hi = min(pos, n_kv - 1);
+    int n = hi - lo + 1;
+    int per = max(min_keys, (n + n_spans - 1) / n_spans);
+    int s0 = lo + span * per, s1 = min(hi + 1, s0 + per);
+    // Scores outside [lo, hi]: -inf, shared out among the spans.
+    for (int j = span * ATT_S_THREADS + tid; j < n_kv; j += n_spans * ATT_S_THREADS)
+        if (j < lo || j > hi)
+            for (int i = 0; i < group; i++)
+                scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
+        int i = x / head_dim, d = x - i * head_dim;
+        s_q[i * head_dim + d] =
+            q[(size_t)row * q_dim + (size_t)att_s_head(kh, i, group, n_kv_heads) * head_dim + d];
+    }
+    __syncthreads();
+    float wmax[ATT_S_MAX_G];
+#pragma unroll
+    for (int i = 0; i < ATT_S_MAX_G; i++) wmax[i] = NEG_INF;
+    for (int j = s0 + warp; j < s1; j += ATT_S_THREADS / 32) {
+        // Uniform per warp (one key a warp).
+        bool vis = moff < 0 || mask[moff + j];
+        float a[ATT_S_MAX_G];
+#pragma unroll
+        for (int i = 0; i < ATT_S_MAX_G; i++) a[i] = 0.f;
+        if (vis) {
+            const float* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            // Every load of the row first (one memory round trip a key), then the products.
+            float kv[ATT_S_MAX_D / 32];
+#pragma unroll
+            for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
+                int d = lane + 32 * t;
+                kv[t] = d < head_dim ? kr[d] : 0.f;
+            }
+#pragma unroll
+            for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
+                int d = lane + 32 * t;
+                if (d < head_dim)
+#pragma unroll
+                    for (int i = 0; i < ATT_S_MAX_G; i++)
+                        if (i < group) a[i] += s_q[i * head_dim + d] * kv[t];
+            }
+#pragma unroll
+            for (int i = 0; i < ATT_S_MAX_G; i++)
+                if (i < group)
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) a[i] += __shfl_xor_sync(0xffffffffu, a[i], o);
+        }
+#pragma unroll
+        for (int i = 0; i < ATT_S_MAX_G; i++) {
+            if (i < group) {
+                float s = NEG_INF;
+                if (vis) {
+                    s = a[i] * scale;
+#ifdef FAULT_MASK_DRIFT
+                    // seeded fault: with an explicit mask the score takes another path, one ulp off
+                    if (moff >= 0) s = s * 1.00000012f;
+#endif
+                }
+                if (lane == 0) scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + j] = s;
+                wmax[i] = fmaxf(wmax[i], s);
+            }
+        }
+    }
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < ATT_S_MAX_G; i++) s_wmax[warp][i] = wmax[i];
+    __syncthreads();
+    if (tid < group) {
+        float m = NEG_INF;
+        for (int w = 0; w < ATT_S_THREADS / 32; w++) m = fmaxf(m, s_wmax[w][tid]);
+        s_m[tid] = m;
+    }
+    // The weighted sum of V: the span's keys a sub-chunk at a time, their exps (from the scores
+    // this block wrote above) and slots staged in shared memory.
+    float l = 0.f;
+    float acc[ATT_S_MAX_G][ATT_S_MAX_D / ATT_S_THREADS];
+#pragma unroll
+    for (int i = 0; i < ATT_S_MAX_G; i++)
+#pragma unroll
+        for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) acc[i][t] = 0.f;
+    for (int c0 = s0; c0 < s1; c0 += ATT_S_SUB) {
+        int nc = min(ATT_S_SUB, s1 - c0);
+        __syncthreads();  // s_m is set; the previous sub-chunk's exps and slots are spent
+        for (int x = tid; x < group * nc; x += ATT_S_THREADS) {
+            int i = x / nc, jj = x - i * nc;
+            float s = scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + c0 + jj];
+            s_e[i * ATT_S_SUB + jj] = s == NEG_INF ? 0.f : expf(s - s_m[i]);
+        }
+        for (int x = tid; x < nc; x += ATT_S_THREADS) s_slot[x] = slots[soff + c0 + x];
+        __syncthreads();
+        if (tid < group)
+            for (int jj = 0; jj < nc; jj++) l += s_e[tid * ATT_S_SUB + jj];
+#pragma unroll
+        for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
+            int d = tid + t * ATT_S_THREADS;
+            if (d < head_dim) {
+                const float* vb = vc + (size_t)kh * head_dim + d;
+#pragma unroll 8
+                for (int jj = 0; jj < nc; jj++) {
+                    float v = vb[(base + s_slot[jj]) * kv_dim];
+#pragma unroll
+                    for (int i = 0; i < ATT_S_MAX_G; i++)
+                        if (i < group) acc[i][t] += s_e[i * ATT_S_SUB + jj] * v;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // The partials of head i: [m, l, acc[0 .. head_dim)].
+#pragma unroll
+    for (int i = 0; i < ATT_S_MAX_G; i++) {
+        if (i < group) {
+            int h = att_s_head(kh, i, group, n_kv_heads);
+            float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * (head_dim + 2);
+            if (tid == i) {
+                pp[0] = s_m[i];
+                pp[1] = l;
+            }
+#pragma unroll
+            for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
+                int d = tid + t * ATT_S_THREADS;
+                if (d < head_dim) pp[2 + d] = acc[i][t];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
+    const float* part, float* out, int n_heads, int head_dim, int n_spans, signed char* q8q,
+    Q8Blk* q8d) {
+    const float NEG_INF = __int_as_float(0xff800000);
+    int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    int st = head_dim + 2;
+    const float* pp = part + ((size_t)row * n_heads + h) * n_spans * st;
+    // The spans' maxima and sums, loaded together; then M, each span's weight w = expf(m - M)
+    // (0 for an empty span: no visible key, m = -inf) and L = sum w l, in span order.
+    __shared__ float s_m[ATT_SPLIT_SPANS], s_l[ATT_SPLIT_SPANS], s_w[ATT_SPLIT_SPANS];
+    __shared__ float s_L;
+    __shared__ int s_used;
+    if (tid < n_spans) {
+        s_m[tid] = pp[tid * st];
+        s_l[tid] = pp[tid * st + 1];
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float M = NEG_INF;
+        int used = 0;
+        for (int c = 0; c < n_spans; c++) {
+            M = fmaxf(M, s_m[c]);
+            if (s_m[c] != NEG_INF) used = c + 1;
+        }
+        float L = 0.f;
+        for (int c = 0; c < n_spans; c++) {
+            float w = s_m[c] != NEG_INF ? expf(s_m[c] - M) : 0.f;
+            s_w[c] = w;
+            if (s_m[c] != NEG_INF) L += w * s_l[c];
+        }
+        s_L = L;
+        s_used = used;
+    }
+    __syncthreads();
+    float L = s_L;
+    int used = s_used;
+    int q_dim = n_heads * head_dim;
+#pragma unroll
+    for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
+        int d = tid + t * ATT_S_THREADS;
+        float a = 0.f;
+        if (d < head_dim) {
+            // Spans after the last one with a visible key are all empty.
+#pragma unroll 8
+            for (int c = 0; c < used; c++)
+                if (s_m[c] != NEG_INF) a += s_w[c] * pp[c * st + 2 + d];
+        }
+        // No visible key at all (an all-false mask row): 0, as `attention` gives.
+        float v = L > 0.f ? a / L : 0.f;
+        size_t o = (size_t)row * q_dim + (size_t)h * head_dim + d;
+        if (d < head_dim) out[o] = v;
+        // Uniform per warp: head_dim is a multiple of 32 when q8q is set.
+        if (q8q != nullptr && d - (int)(tid & 31) < head_dim) q8_block(v, q8q, q8d, o / 32);
+    }
+}
+
 // Weight rows [r0, r0 + rows) of W (quantized, `k` values a row) decoded to f32, for the
 // tensor-core prefill (cuBLAS multiplies the decoded tile). One thread per value.
 extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int rows, int k, int ty,

@@ -171,6 +171,13 @@ impl CudaTensor {
         }
     }
 
+    fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
+        match &mut self.buf {
+            Some(b) => b,
+            None => unreachable!("the buffer is taken only on drop"),
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }
@@ -217,6 +224,11 @@ struct Kernels {
     /// The tiled attention (`plan::attention_tile`), heads of up to 256 and 512 values.
     attention_tile: CudaFunction,
     attention_tile_wide: CudaFunction,
+    /// The split-key decode attention (`plan::use_split_attention`) and its combination.
+    attention_split: CudaFunction,
+    attention_combine: CudaFunction,
+    /// Streaming multiprocessors of the device (`plan::attention_spans`).
+    n_sms: usize,
     /// Dynamic shared memory a one-row (decode) tiled attention block may take.
     attention_one_row_smem: usize,
     dequant_rows: CudaFunction,
@@ -318,6 +330,9 @@ struct Staged {
 struct FullKey {
     step: StepKey,
     cache: u64,
+    /// The step's context class (`plan::long_context`): the attention kernel a decode step
+    /// runs depends on it, so a graph is replayed only within its class.
+    long: bool,
 }
 
 /// What one step shape's graph owns: its input tables and every buffer its kernels use.
@@ -390,6 +405,9 @@ pub struct CudaBackend {
     /// `cuda` (fast) or `cuda-exact`, with `[FAULT]` appended for a seeded fault.
     name: String,
     numerics: Numerics,
+    /// Decode steps may run the split-key attention (`cuda`: fast numerics, not
+    /// deterministic), which never forms per-key probabilities.
+    split_attention: bool,
     /// The quantized activations of the current matmul (fast numerics), grown on demand.
     q8: RefCell<Option<CudaSlice<u8>>>,
     /// The tensor whose quantization `q8` holds, and the next tensor id.
@@ -578,6 +596,15 @@ impl CudaBackend {
             ),
             attention_tile,
             attention_tile_wide,
+            attention_split: f("attention_split")?,
+            attention_combine: f("attention_combine")?,
+            n_sms: ctx
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+                .ok()
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(132),
             dequant_rows: f("dequant_rows")?,
             to_f16: f("to_f16")?,
             dequant_rows_f16: f("dequant_rows_f16")?,
@@ -637,6 +664,7 @@ impl CudaBackend {
                 None => base_name.into(),
             },
             numerics,
+            split_attention: numerics == Numerics::Fast && !opts.deterministic,
             q8: RefCell::new(None),
             q8_of: std::cell::Cell::new(None),
             next_id: std::cell::Cell::new(0),
@@ -1602,6 +1630,15 @@ impl Backend for CudaBackend {
         &self.name
     }
 
+    fn hidden_taps(&self) -> &'static [&'static str] {
+        // The split-key decode attention normalizes whole spans, never single keys.
+        if self.split_attention {
+            &["kq_softmax"]
+        } else {
+            &[]
+        }
+    }
+
     fn replay_step(
         &self,
         key: StepKey,
@@ -1611,6 +1648,7 @@ impl Backend for CudaBackend {
         let fk = FullKey {
             step: key,
             cache: self.cache_id(cache),
+            long: plan::long_context(batch),
         };
         let mut st = self.steps.borrow_mut();
         let Some(c) = st.graphs.get_mut(&fk) else {
@@ -1643,6 +1681,7 @@ impl Backend for CudaBackend {
         let fk = FullKey {
             step: key,
             cache: self.cache_id(cache),
+            long: plan::long_context(batch),
         };
         let mut st = self.steps.borrow_mut();
         st.mode = Mode::Eager;
@@ -2504,6 +2543,24 @@ impl Backend for CudaBackend {
         let base = layer * l.n_slots();
         let (choice, force_tile_rows) = attention_knobs();
         let row_kernel = plan::use_row_attention(choice, q.rows, batch.seqs.len(), hd);
+        let split = plan::use_split_attention(
+            choice,
+            self.split_attention,
+            q.rows,
+            batch.seqs.len(),
+            p.n_heads,
+            p.n_kv_heads,
+            hd,
+            plan::long_context(batch),
+        );
+        let n_spans = plan::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
+        // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
+        // on drop, and a capture that allocates fails).
+        let mut partials = split.then(|| {
+            let n = (q.rows * p.n_heads * n_spans * (hd + 2)).max(1);
+            let b = self.alloc_f32("attention partials", n);
+            self.tensor("attention partials", b, 1, n)
+        });
         // The kernel quantizes its output for the next matmul (fast numerics).
         let quant = hd.is_multiple_of(32)
             && self.norm_quantizes(q.rows, q_dim, q_dim)
@@ -2519,7 +2576,58 @@ impl Backend for CudaBackend {
                 (None, Some(s)) => s,
                 (None, None) => unreachable!("allocated above"),
             };
-            if q.rows > 0 {
+            if let (Some(part), true) = (partials.as_mut().map(|t| t.buf_mut()), q.rows > 0) {
+                let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
+                let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+                let (spans, min_keys) = (n_spans as i32, split_min_keys() as i32);
+                let mut b = self.stream.launch_builder(&self.k.attention_split);
+                b.arg(q.buf())
+                    .arg(&cache.k)
+                    .arg(&cache.v)
+                    .arg(&dev.slots)
+                    .arg(&dev.info)
+                    .arg(&dev.mask)
+                    .arg(&s.scores)
+                    .arg(&mut *part)
+                    .arg(&base)
+                    .arg(&nh)
+                    .arg(&nkh)
+                    .arg(&hdi)
+                    .arg(&p.scale)
+                    .arg(&window)
+                    .arg(&min_keys);
+                let cfg = LaunchConfig {
+                    grid_dim: (q.rows as u32, p.n_kv_heads as u32, n_spans as u32),
+                    block_dim: (plan::ATT_SPLIT_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: the plan checked every slot against the cache, every row's sequence and
+                // mask; the score buffer holds n_scores values; `part` holds (head_dim + 2)
+                // floats per (row, head, span); the group and head size are within the block's
+                // arrays (`plan::use_split_attention`).
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda attention_split: {e}")))?;
+                let null = 0u64;
+                let mut parts = q8
+                    .as_mut()
+                    .and_then(|b| b.as_mut())
+                    .map(|b| b.split_at_mut(q.rows * q_dim));
+                let mut b = self.stream.launch_builder(&self.k.attention_combine);
+                b.arg(&*part).arg(&mut out).arg(&nh).arg(&hdi).arg(&spans);
+                match parts.as_mut() {
+                    Some((qq, dd)) => b.arg(qq).arg(dd),
+                    None => b.arg(&null).arg(&null),
+                };
+                let cfg = LaunchConfig {
+                    grid_dim: (q.rows as u32, p.n_heads as u32, 1),
+                    block_dim: (plan::ATT_SPLIT_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: `part` was written above for every (row, head, span); `out` holds
+                // q.rows x q_dim floats and the q8 buffers that many values.
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda attention_combine: {e}")))?;
+            } else if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
                 let tile = plan::attention_tile(
@@ -2618,18 +2726,22 @@ impl Backend for CudaBackend {
                 taps.emit_layer(layer, "kq", || {
                     HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
                 });
-                taps.emit_layer(layer, "kq_softmax", || {
-                    let mut v = self
-                        .stream
-                        .clone_dtoh(&s.probs)
-                        .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
-                    v.truncate(n_scores);
-                    HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
-                });
+                // The split-key path never forms per-key probabilities (`hidden_taps`).
+                if !split {
+                    taps.emit_layer(layer, "kq_softmax", || {
+                        let mut v = self
+                            .stream
+                            .clone_dtoh(&s.probs)
+                            .unwrap_or_else(|e| device_failure("kq_softmax tap", e));
+                        v.truncate(n_scores);
+                        HostTensor::new(vec![n_scores], v.into_iter().map(|x| x as f32).collect())
+                    });
+                }
             }
             Ok(())
         })?;
         drop(q8);
+        drop(partials);
         let t = self.tensor("attention", out, q.rows, q_dim);
         if quant {
             self.q8_of.set(Some(t.id));
@@ -2670,10 +2782,24 @@ fn attention_quantizes() -> bool {
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_Q8").map_or(true, |v| v != "0"))
 }
 
+/// The fewest keys a span of the split-key attention gets: [`plan::ATT_SPLIT_MIN_KEYS`], or
+/// `LOCKSTEP_CUDA_SPLIT_KEYS=N` (a tuning knob: it changes the spans, so the rounding).
+fn split_min_keys() -> usize {
+    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("LOCKSTEP_CUDA_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| (1..=1 << 20).contains(&n))
+            .unwrap_or(plan::ATT_SPLIT_MIN_KEYS)
+    })
+}
+
 /// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs
 /// the one block per (row, head) kernel (or the tiled ones) for every step instead of
 /// [`plan::use_row_attention`]'s choice (for comparison: both compute the same values
-/// bitwise); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
+/// bitwise); `unsplit` keeps decode steps off the split-key kernels
+/// ([`plan::use_split_attention`]), `split` (the default choice) lets them run; `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
 /// that fits, at most N) instead of `plan::attention_tile`'s choice.
 fn attention_knobs() -> (plan::AttnChoice, usize) {
     static KNOBS: std::sync::OnceLock<(plan::AttnChoice, usize)> = std::sync::OnceLock::new();
@@ -2681,6 +2807,8 @@ fn attention_knobs() -> (plan::AttnChoice, usize) {
         let choice = match std::env::var("LOCKSTEP_CUDA_ATTN").as_deref() {
             Ok("row") => plan::AttnChoice::Row,
             Ok("tile") => plan::AttnChoice::Tile,
+            Ok("split") => plan::AttnChoice::Split,
+            Ok("unsplit") => plan::AttnChoice::Unsplit,
             _ => plan::AttnChoice::Auto,
         };
         let cap = std::env::var("LOCKSTEP_CUDA_ATTN_TILE")
@@ -2798,6 +2926,18 @@ mod tests {
         assert!(KERNEL_SOURCE.contains("return ((head_dim + 3) & ~3) + 4;"));
         assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile, 1)"));
         assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile_wide, 2)"));
+        // The split-key attention's limits, as the host plans them.
+        for (name, v) in [
+            ("ATT_SPLIT_SPANS", plan::ATT_SPLIT_MAX_SPANS),
+            ("ATT_S_MAX_G", plan::ATT_SPLIT_MAX_GROUP),
+            ("ATT_S_MAX_D", plan::ATT_SPLIT_MAX_HEAD),
+            ("ATT_S_THREADS", plan::ATT_SPLIT_THREADS as usize),
+        ] {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("#define {name} {v}\n")),
+                "{name} is not {v} in kernels.cu"
+            );
+        }
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
     }

@@ -263,6 +263,80 @@ pub enum AttnChoice {
     Auto,
     Row,
     Tile,
+    /// The split-key kernels where they apply ([`use_split_attention`]), else `Auto`'s choice.
+    Split,
+    /// `Auto`'s choice without the split-key kernels (for comparisons).
+    Unsplit,
+}
+
+/// Query heads per KV head the split-key attention serves in one block (`ATT_S_MAX_G`), and
+/// the longest head it holds (`ATT_S_MAX_D`).
+pub const ATT_SPLIT_MAX_GROUP: usize = 8;
+pub const ATT_SPLIT_MAX_HEAD: usize = 512;
+/// Threads of an `attention_split` / `attention_combine` block.
+pub const ATT_SPLIT_THREADS: u32 = 128;
+/// The fewest keys a span of the split-key attention gets (fewer spans for short contexts).
+pub const ATT_SPLIT_MIN_KEYS: usize = 8;
+/// The most spans a row's keys are cut into.
+pub const ATT_SPLIT_MAX_SPANS: usize = 32;
+
+/// A decode step is "long" when one of its sequences attends over at least this many keys.
+/// Session 8 (H100, tg128 from an empty cache, keys 1..128, spans of at least 8 keys): the
+/// split-key kernels lost to the row kernel for heads of 64 values (SmolLM2 899.7 / 902.7
+/// against 942.4 / 933.2 tokens/s, Llama-3.2-1B 889.4 / 890.8 against 941.7 / 947.4) and won
+/// for Gemma-3's 256 (961.3 / 927.0 against 849.7 / 855.5); over 1024 tokens they won
+/// everywhere (SmolLM2 730.7 against 355.4, Gemma-3 793.0 against 349.3).
+pub const ATT_SPLIT_FROM_KEYS: usize = 128;
+
+/// Whether the step's longest sequence attends over [`ATT_SPLIT_FROM_KEYS`] keys or more.
+/// Part of the CUDA step graphs' key, so a graph recorded in one class is never replayed in
+/// the other.
+pub fn long_context(batch: &Batch) -> bool {
+    batch
+        .seqs
+        .iter()
+        .any(|s| s.kv_slots.len() >= ATT_SPLIT_FROM_KEYS)
+}
+
+/// Whether a step runs the split-key attention (`attention_split` + `attention_combine`):
+/// only where the backend allows it (`cuda`: fast numerics, not deterministic), only for
+/// decode steps (one row a sequence: a prefill's rows share their keys in the tiles), only
+/// for the head layouts its blocks hold, and by default only for heads of more than 128
+/// values or long contexts (`long`, see [`ATT_SPLIT_FROM_KEYS`]). The choice depends on the
+/// step's shape and context class alone, both in the step graphs' key, so a replayed graph
+/// runs what the eager step ran.
+#[allow(clippy::too_many_arguments)]
+pub fn use_split_attention(
+    choice: AttnChoice,
+    allowed: bool,
+    n_rows: usize,
+    n_seqs: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    long: bool,
+) -> bool {
+    let fits = n_kv_heads > 0
+        && n_heads.is_multiple_of(n_kv_heads)
+        && n_heads / n_kv_heads <= ATT_SPLIT_MAX_GROUP
+        && head_dim <= ATT_SPLIT_MAX_HEAD;
+    let wanted = match choice {
+        AttnChoice::Split => true,
+        AttnChoice::Auto => head_dim > 128 || long,
+        AttnChoice::Row | AttnChoice::Tile | AttnChoice::Unsplit => false,
+    };
+    allowed && fits && n_rows <= n_seqs && wanted
+}
+
+/// How many spans the split-key attention cuts each row's keys into: enough blocks (rows x KV
+/// heads x spans) for two per SM, at most [`ATT_SPLIT_MAX_SPANS`]. A function of the step's
+/// shape, never of its context length (spans of a short context stay empty; each span has at
+/// least [`ATT_SPLIT_MIN_KEYS`] keys).
+pub fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize) -> usize {
+    let blocks = (n_rows * n_kv_heads).max(1);
+    (2 * n_sms.max(1))
+        .div_ceil(blocks)
+        .clamp(1, ATT_SPLIT_MAX_SPANS)
 }
 
 /// Whether a step of `n_rows` rows in `n_seqs` sequences, heads of `head_dim` values, runs the
@@ -283,7 +357,9 @@ pub fn use_row_attention(
     match choice {
         AttnChoice::Row => true,
         AttnChoice::Tile => false,
-        AttnChoice::Auto => n_rows <= n_seqs && head_dim <= 128,
+        AttnChoice::Auto | AttnChoice::Split | AttnChoice::Unsplit => {
+            n_rows <= n_seqs && head_dim <= 128
+        }
     }
 }
 
@@ -437,6 +513,38 @@ mod tests {
         assert!(!use_row_attention(Auto, 65, 64, 64));
         assert!(use_row_attention(Row, 512, 1, 256));
         assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
+
+    #[test]
+    fn split_attention_runs_decode_steps_it_can_hold_when_allowed() {
+        use AttnChoice::*;
+        // Gemma-3-270M decode steps at any context; Llama-3.2-1B, SmolLM2 and Llama-3.1-8B
+        // decode steps at long contexts only.
+        assert!(use_split_attention(Auto, true, 1, 1, 4, 1, 256, false));
+        assert!(use_split_attention(Auto, true, 1, 1, 32, 8, 64, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 32, 8, 64, false));
+        assert!(use_split_attention(Auto, true, 1, 1, 9, 3, 64, true));
+        assert!(use_split_attention(Split, true, 16, 16, 32, 8, 128, false));
+        // Not for cuda-det / cuda-exact, prefills, forced kernels, or layouts it cannot hold.
+        assert!(!use_split_attention(Auto, false, 1, 1, 4, 1, 256, true));
+        assert!(!use_split_attention(Auto, true, 2, 1, 4, 1, 256, true));
+        assert!(!use_split_attention(Row, true, 1, 1, 4, 1, 64, true));
+        assert!(!use_split_attention(Tile, true, 1, 1, 4, 1, 64, true));
+        assert!(!use_split_attention(Unsplit, true, 1, 1, 4, 1, 256, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 16, 1, 64, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 4, 1, 576, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 6, 4, 64, true));
+    }
+
+    #[test]
+    fn attention_spans_fill_the_device_from_the_shape_alone() {
+        // One decode row: 2 x 132 blocks wanted, capped at 32 spans.
+        assert_eq!(attention_spans(1, 1, 132), 32);
+        assert_eq!(attention_spans(1, 8, 132), 32);
+        assert_eq!(attention_spans(4, 8, 132), 9);
+        // A batch that fills the device alone: one span a row.
+        assert_eq!(attention_spans(64, 8, 132), 1);
+        assert_eq!(attention_spans(0, 0, 0), 2);
     }
 
     #[test]

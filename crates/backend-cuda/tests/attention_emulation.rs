@@ -7,6 +7,12 @@
 //! run then only confirms that the device does what the source says. The row kernel's fused
 //! quantization of its output (fast numerics) is held to the declared q8 rule, recomputed on
 //! the host from the output it wrote.
+//!
+//! The split-key decode kernels (`attention_split` + `attention_combine`, f32 flash-decoding)
+//! are not bitwise anything: they are held, on the same batches with random span counts, to
+//! the isolation bound `verify` applies to them (scores within hd u scale sum|q k| of the row
+//! kernel's, outputs within (2 max_ds + (2 spread + 2 n + 12) u) sum p|v| of its f64 ones),
+//! and their fused quantization to the q8 rule.
 
 use std::process::Command;
 
@@ -49,11 +55,23 @@ fn tiled_attention_is_bitwise_the_row_kernel() {
     // Six cases of three tilings each ran, and case 5 (heads of 64) had its output quantized.
     assert_eq!(text.matches(": ok (zero exps").count(), 18, "{text}");
     assert_eq!(text.matches("output quantized: ok").count(), 1, "{text}");
-    // One output one ulp off in the tiled run, and one quantized value off, are caught.
+    // Every case's heads fit the split-key blocks: six within bounds, one quantized.
+    assert_eq!(
+        text.matches(": within bounds (0 scores").count(),
+        6,
+        "{text}"
+    );
+    assert_eq!(text.matches("split q8: ok").count(), 1, "{text}");
+    // One output one ulp off in the tiled run, one quantized value off, and a split-key output
+    // 0.1% off, are caught.
     let (ok, text) = emulate("1", "11", true, Some("64"));
     assert!(
         !ok && text.contains("| tile") && text.contains("quantized: MISMATCH"),
         "a perturbed output passed:\n{text}"
     );
-    assert_eq!(text.matches("MISMATCH").count(), 4, "{text}");
+    assert_eq!(text.matches("MISMATCH").count(), 5, "{text}");
+    assert!(
+        text.contains("split rows") && text.contains("1 outputs out of bound"),
+        "{text}"
+    );
 }
