@@ -509,6 +509,9 @@ extern "C" __global__ void add_bias(const float* x, const float* bias, float* ou
 extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
+#ifdef FAULT_ADD_OVERRUN
+    if (i == n - 1) out[n] = out[i];  // seeded fault: one value past the end of the output
+#endif
 }
 
 extern "C" __global__ void scale(const float* x, float s, float* out, int n) {

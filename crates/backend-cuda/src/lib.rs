@@ -74,6 +74,11 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
         "FAULT_F16_AS_F32",
         "f16 weights decoded as if they were f32 (4 bytes read per element)",
     ),
+    (
+        "add-overrun",
+        "FAULT_ADD_OVERRUN",
+        "the elementwise add writes one value past the end of its output (a bound off by one)",
+    ),
 ];
 
 /// The fault `LOCKSTEP_CUDA_FAULT` names, in builds with the `faults` feature.
@@ -142,6 +147,10 @@ pub struct Pool {
     bytes: usize,
     /// A step graph's own pool keeps every buffer: the graph's kernels point into them.
     unbounded: bool,
+    /// Output guards are on ([`CudaBackend::with_output_guards`]): buffers are views into
+    /// guarded allocations the backend's [`GuardBook`] owns, so they are neither reused nor
+    /// freed here.
+    guarded: bool,
 }
 
 impl Pool {
@@ -149,12 +158,20 @@ impl Pool {
     const MAX_BYTES: usize = 1 << 30;
 
     fn take(&mut self, n: usize) -> Option<CudaSlice<f32>> {
+        if self.guarded {
+            return None;
+        }
         let b = self.free.get_mut(&n)?.pop()?;
         self.bytes -= n * 4;
         Some(b)
     }
 
     fn give(&mut self, b: CudaSlice<f32>) {
+        if self.guarded {
+            // The guard book frees the whole allocation this view points into.
+            b.leak();
+            return;
+        }
         let n = b.len();
         if self.unbounded || self.bytes + n * 4 <= Self::MAX_BYTES {
             self.bytes += n * 4;
@@ -422,12 +439,38 @@ pub struct CudaBackend {
     pool: Arc<Mutex<Pool>>,
     /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
     profile: Option<RefCell<ProfileTable>>,
+    /// Guarded outputs (`check --ops`), when on.
+    guards: Option<GuardBook>,
+}
+
+/// Canary words on each side of a guarded output, and their value: a NaN with a payload no
+/// kernel produces, compared by bits (so an output a kernel leaves unwritten reads as NaN).
+const GUARD_WORDS: usize = 64;
+const GUARD_CANARY: u32 = 0x7fa5_a5a5;
+
+/// Every op output allocated while output guards are on: `GUARD_WORDS` canaries, the output,
+/// `GUARD_WORDS` canaries, in one allocation the book owns (the tensor holds a view of the
+/// middle). Checked once by `guard_violations`, freed when the backend is dropped.
+#[derive(Default)]
+struct GuardBook {
+    /// (allocation, output length, op) not yet checked.
+    pending: RefCell<Vec<(cudarc::driver::sys::CUdeviceptr, usize, String)>>,
+    /// Every allocation and its length in floats, for the final free.
+    all: RefCell<Vec<(cudarc::driver::sys::CUdeviceptr, usize)>>,
 }
 
 type ProfileTable = (std::time::Instant, Vec<(&'static str, f64, usize)>);
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        if let Some(g) = &self.guards {
+            let _ = self.stream.synchronize();
+            for (ptr, total) in g.all.borrow_mut().drain(..) {
+                // SAFETY: an allocation of `total` floats the book owns (views into it were
+                // leaked, never freed); dropping the rebuilt slice frees it once.
+                drop(unsafe { self.stream.upgrade_device_ptr::<f32>(ptr, total) });
+            }
+        }
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
@@ -689,7 +732,24 @@ impl CudaBackend {
             pool: Arc::default(),
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
                 .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
+            guards: None,
         })
+    }
+
+    /// Every op output gets guard regions (canaries on both sides, checked by
+    /// `Backend::guard_violations`) and starts out as NaN canaries, so a kernel that writes
+    /// past either end of its output, or leaves part of it unwritten, is caught (`check
+    /// --ops`). Step graphs and buffer reuse are off; the memory is freed with the backend.
+    pub fn with_output_guards(mut self) -> Self {
+        if let Ok(mut p) = self.pool.lock() {
+            *p = Pool {
+                guarded: true,
+                ..Pool::default()
+            };
+        }
+        self.steps.get_mut().enabled = false;
+        self.guards = Some(GuardBook::default());
+        self
     }
 
     /// The GPU's name, as the driver reports it.
@@ -722,6 +782,9 @@ impl CudaBackend {
     /// request is met there or by the backend's pool, and the graph ends up owning them all).
     fn alloc_f32(&self, op: &str, n: usize) -> CudaSlice<f32> {
         let n = n.max(1);
+        if let Some(g) = &self.guards {
+            return self.alloc_guarded(g, op, n);
+        }
         let st = self.steps.borrow();
         if let Some(store) = st.current.as_ref().filter(|_| st.mode != Mode::Eager) {
             if let Some(b) = store.pool.lock().ok().and_then(|mut p| p.take(n)) {
@@ -741,6 +804,30 @@ impl CudaBackend {
             st.leaked = true;
         }
         self.alloc::<f32>(op, n)
+    }
+
+    /// An output of `n` floats inside a guarded allocation (`with_output_guards`).
+    fn alloc_guarded(&self, g: &GuardBook, op: &str, n: usize) -> CudaSlice<f32> {
+        let total = n + 2 * GUARD_WORDS;
+        let outer = self.alloc::<f32>(op, total);
+        let ptr = outer.leak();
+        // SAFETY: `ptr` is a live allocation of `total` 4-byte words (just made, owned by the
+        // book from here on); the view starts GUARD_WORDS words in and holds n of them; it is
+        // never freed through the view (the guarded pool leaks views, the book frees `ptr`).
+        unsafe {
+            cudarc::driver::sys::cuMemsetD32Async(
+                ptr,
+                GUARD_CANARY,
+                total,
+                self.stream.cu_stream(),
+            )
+            .result()
+            .unwrap_or_else(|e| device_failure("output guards", e));
+            g.pending.borrow_mut().push((ptr, n, op.to_string()));
+            g.all.borrow_mut().push((ptr, total));
+            self.stream
+                .upgrade_device_ptr::<f32>(ptr + (GUARD_WORDS * 4) as u64, n)
+        }
     }
 
     fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, op: &str, n: usize) -> CudaSlice<T> {
@@ -1628,6 +1715,45 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn guard_violations(&self) -> Vec<String> {
+        let Some(g) = &self.guards else {
+            return Vec::new();
+        };
+        let pending = std::mem::take(&mut *g.pending.borrow_mut());
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        if let Err(e) = self.stream.synchronize() {
+            return vec![format!(
+                "the device failed before the guards were read: {e}"
+            )];
+        }
+        let mut out = Vec::new();
+        let mut words = vec![0u32; GUARD_WORDS];
+        for (ptr, n, op) in pending {
+            for (side, at) in [
+                ("before", ptr),
+                ("after", ptr + ((GUARD_WORDS + n) * 4) as u64),
+            ] {
+                // SAFETY: both regions lie inside the live allocation at `ptr`
+                // (GUARD_WORDS + n + GUARD_WORDS words); the stream is idle.
+                let read = unsafe { cudarc::driver::result::memcpy_dtoh_sync(&mut words, at) };
+                match read {
+                    Err(e) => out.push(format!("{op}: guard {side} its output unreadable: {e}")),
+                    Ok(()) => {
+                        let bad = words.iter().filter(|&&w| w != GUARD_CANARY).count();
+                        if bad > 0 {
+                            out.push(format!(
+                                "{op} wrote {bad} of the {GUARD_WORDS} guard words {side} its output of {n} values"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     fn hidden_taps(&self) -> &'static [&'static str] {

@@ -186,7 +186,8 @@ fn run_ops(args: &CheckArgs) -> Result<i32> {
         // arithmetic; `cuda` (fast numerics) declares quant8 for its matmuls (f32 KV cache).
         #[cfg(feature = "cuda")]
         name @ ("cuda" | "cuda-exact") => {
-            let b = super::trace::cuda_backend(name)?;
+            // Every op output between guard regions, as on the cpu backend.
+            let b = super::trace::cuda_backend(name)?.with_output_guards();
             check_ops(&b, name, Arithmetic::for_backend(name), &args.filter)
         }
         other => {
