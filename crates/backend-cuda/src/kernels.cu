@@ -10,6 +10,19 @@ typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 
+// Programmatic dependent launch (sm_90 and later). In a replayed step graph every edge between
+// two of these kernels is programmatic (graph_exec.rs): the next kernel is launched while this
+// one still runs, and its blocks wait here until every block of this grid has finished and its
+// writes are visible. Every kernel starts with GRID_ENTER, before its first global memory read
+// or write, so an early launch can never read a value not yet written nor overwrite one still
+// to be read. The second instruction lets the next kernel launch once all of this grid's blocks
+// are running. Outside such a graph (eager steps, older GPUs) both do nothing.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define GRID_ENTER()
+#endif
+
 // Type ids are GGUF's (ggml_type).
 #define T_F32 0
 #define T_F16 1
@@ -457,21 +470,21 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
 // rows, prefill), and the fused gate/up/activation gate_up_t1_<id>, gate_up_t8_<id>.
 #define MATMUL_FOR(TY)                                                                          \
     extern "C" __global__ void __launch_bounds__(128)                                           \
-        matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_t1_##TY(const u8* W, const float* x, float* y, int n, int k, int m) { GRID_ENTER();            \
         matmul_body<TY, 1, 4, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
-        matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) {            \
+        matmul_t8_##TY(const u8* W, const float* x, float* y, int n, int k, int m) { GRID_ENTER();            \
         matmul_body<TY, 8, 2, false>(W, x, y, n, k, m, nullptr, nullptr, nullptr, 0, 0.0);      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         gate_up_t1_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
-                        float* a, int n, int k, int m, int act, double c) {                     \
+                        float* a, int n, int k, int m, int act, double c) { GRID_ENTER();                     \
         matmul_body<TY, 1, 4, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         gate_up_t8_##TY(const u8* Wg, const u8* Wu, const float* x, float* g, float* u,         \
-                        float* a, int n, int k, int m, int act, double c) {                     \
+                        float* a, int n, int k, int m, int act, double c) { GRID_ENTER();                     \
         matmul_body<TY, 8, 2, true>(Wg, x, g, n, k, m, Wu, u, a, act, c);                       \
     }
 MATMUL_FOR(0)
@@ -492,7 +505,7 @@ MATMUL_FOR(30)
 
 // Rows `ids` of a quantized table [vocab, cols], dequantized.
 extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* out, int cols,
-                                      int ty, int bs, int ts) {
+                                      int ty, int bs, int ts) { GRID_ENTER();
     QType t{ty, bs, ts};
     size_t row_bytes = (size_t)(cols / bs) * ts;
     const u8* row = table + (size_t)ids[blockIdx.x] * row_bytes;
@@ -501,12 +514,12 @@ extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* ou
 }
 
 extern "C" __global__ void add_bias(const float* x, const float* bias, float* out, int rows,
-                                    int cols) {
+                                    int cols) { GRID_ENTER();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < (size_t)rows * cols) out[i] = x[i] + bias[i % cols];
 }
 
-extern "C" __global__ void add(const float* a, const float* b, float* out, int n) {
+extern "C" __global__ void add(const float* a, const float* b, float* out, int n) { GRID_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 #ifdef FAULT_ADD_OVERRUN
@@ -514,7 +527,7 @@ extern "C" __global__ void add(const float* a, const float* b, float* out, int n
 #endif
 }
 
-extern "C" __global__ void scale(const float* x, float s, float* out, int n) {
+extern "C" __global__ void scale(const float* x, float s, float* out, int n) { GRID_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = x[i] * s;
 }
@@ -522,7 +535,7 @@ extern "C" __global__ void scale(const float* x, float s, float* out, int n) {
 // act: 0 = SiLU, 1 = GELU (tanh); in f64 like the reference. `c` = sqrt(2/pi) as the host
 // computed it.
 extern "C" __global__ void act_mul(const float* g, const float* u, float* out, int n, int act,
-                                   double c) {
+                                   double c) { GRID_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double x = (double)g[i];
@@ -628,7 +641,7 @@ __device__ __forceinline__ void norm_group(const float* __restrict__ x, const fl
 // Blocks of up to 1024 threads (plan::norm_threads): the bound keeps the registers within the
 // register file at that size (tests/nvrtc_compiles.rs checks every kernel's count).
 extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* x, const float* w, float* out, int g, float eps,
-                                    signed char* q, Q8Blk* ds) {
+                                    signed char* q, Q8Blk* ds) { GRID_ENTER();
     size_t o = (size_t)blockIdx.x * g;
     norm_group(x + o, w, out + o, g, eps, q, ds, o >> 5);
 }
@@ -640,7 +653,7 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* x, cons
 // in registers.
 extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a, const float* b, const float* pw, float* bn,
                                          float* sum, const float* w, float* out, int g, float eps,
-                                         signed char* q, Q8Blk* ds) {
+                                         signed char* q, Q8Blk* ds) { GRID_ENTER();
     size_t o = (size_t)blockIdx.x * g;
     int t = threadIdx.x, bd = blockDim.x;
     float av[NORM_MAXV], bv[NORM_MAXV], r[NORM_MAXV];
@@ -684,7 +697,7 @@ __device__ __forceinline__ float rope_elem(const float* head, const double* cs, 
 
 // out = rope(x): one thread per output element.
 extern "C" __global__ void rope(const float* x, float* out, const double* cs, int rows, int cols,
-                                int head_dim, int half, int style) {
+                                int head_dim, int half, int style) { GRID_ENTER();
     size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (idx >= (size_t)rows * cols) return;
     int r = idx / cols, col = idx % cols;
@@ -706,7 +719,7 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
                                       float* kn, float* qr, float* kr, float* kc, float* vc,
                                       const u32* slots, size_t base, const double* cs, int n_heads,
                                       int n_kv_heads, int head_dim, int half, int style,
-                                      int n_rows) {
+                                      int n_rows) { GRID_ENTER();
     int row = blockIdx.x, hs = blockIdx.y;
     int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
     bool store = true;
@@ -752,14 +765,14 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
     }
 }
 
-extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) {
+extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) { GRID_ENTER();
     const float* src = x + (size_t)rows[blockIdx.x] * cols;
     for (int j = threadIdx.x; j < cols; j += blockDim.x) out[(size_t)blockIdx.x * cols + j] = src[j];
 }
 
 // Row i of k/v to slot slots[i] of the layer whose cache starts at `base` rows.
 extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc,
-                                    const u32* slots, size_t base, int kv_dim) {
+                                    const u32* slots, size_t base, int kv_dim) { GRID_ENTER();
 #ifdef FAULT_KV_SKIP_PREFILL
     if (gridDim.x > 1) return;  // seeded fault: a prompt's K/V never reach the cache
 #endif
@@ -772,7 +785,7 @@ extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, f
 
 // Cache rows at `slots` of one layer, copied out (the k_read / v_read taps).
 extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* out, size_t base,
-                                     int kv_dim) {
+                                     int kv_dim) { GRID_ENTER();
     const float* src = c + (base + slots[blockIdx.x]) * kv_dim;
     for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) out[(size_t)blockIdx.x * kv_dim + j] = src[j];
 }
@@ -795,7 +808,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
                                      const u32* slots, const int* info, const u8* mask,
                                      float* scores, double* exps, double* probs, float* out,
                                      size_t base, int n_heads, int n_kv_heads, int head_dim,
-                                     float scale, int window, signed char* q8q, Q8Blk* q8d) {
+                                     float scale, int window, signed char* q8q, Q8Blk* q8d) { GRID_ENTER();
     int row = blockIdx.x, h = blockIdx.y;
     const int* ri = info + row * ROW_INFO;
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
@@ -1230,7 +1243,7 @@ __device__ __forceinline__ void attention_tile_body(
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,     \
         int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,          \
-        int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) {           \
+        int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) { GRID_ENTER();           \
         attention_tile_body<ND>(q, kc, vc, slots, info, mask, scores, exps, probs, out, base,    \
                                 n_heads, n_kv_heads, head_dim, scale, window, n_rows, tile_rows, \
                                 heads_per_block, chunk, q8q, q8d);                               \
@@ -1273,7 +1286,7 @@ __device__ __forceinline__ int att_s_head(int kh, int i, int group, int n_kv_hea
 extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* part, size_t base, int n_heads, int n_kv_heads,
-    int head_dim, float scale, int window, int min_keys) {
+    int head_dim, float scale, int window, int min_keys) { GRID_ENTER();
     const float NEG_INF = __int_as_float(0xff800000);
     int row = blockIdx.x, kh = blockIdx.y, span = blockIdx.z, n_spans = gridDim.z;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1420,7 +1433,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
 
 extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
     const float* part, float* out, int n_heads, int head_dim, int n_spans, signed char* q8q,
-    Q8Blk* q8d) {
+    Q8Blk* q8d) { GRID_ENTER();
     const float NEG_INF = __int_as_float(0xff800000);
     int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     int st = head_dim + 2;
@@ -1477,7 +1490,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
 // Weight rows [r0, r0 + rows) of W (quantized, `k` values a row) decoded to f32, for the
 // tensor-core prefill (cuBLAS multiplies the decoded tile). One thread per value.
 extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int rows, int k, int ty,
-                                       int bs, int ts) {
+                                       int bs, int ts) { GRID_ENTER();
     size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (idx >= (size_t)rows * k) return;
     QType t{ty, bs, ts};
@@ -1499,7 +1512,7 @@ __device__ __forceinline__ u16 f2h(float f) {
 }
 
 extern "C" __global__ void to_f16(const float* __restrict__ x, u16* __restrict__ out,
-                                  unsigned* __restrict__ overflow, long long n) {
+                                  unsigned* __restrict__ overflow, long long n) { GRID_ENTER();
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = x[i];
@@ -1574,7 +1587,7 @@ __device__ __forceinline__ void deq8(const u8* row, int j, float* v) {
 // consecutive values, formed by `deq`'s operations, and stores them as one 16-byte write.
 extern "C" __global__ void dequant_rows_f16(const u8* __restrict__ W, u16* __restrict__ out,
                                            unsigned* __restrict__ overflow, int r0, int rows,
-                                           int k, int ty, int bs, int ts) {
+                                           int k, int ty, int bs, int ts) { GRID_ENTER();
     size_t e = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * 8;
     if (e >= (size_t)rows * k) return;
     size_t r = e / k;
@@ -1636,7 +1649,7 @@ extern "C" __global__ void dequant_rows_f16(const u8* __restrict__ W, u16* __res
 
 // One warp per 32-block of the activations (n * k / 32 blocks, k a multiple of 32).
 extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed char* __restrict__ q,
-                                          Q8Blk* __restrict__ ds, int nblk) {
+                                          Q8Blk* __restrict__ ds, int nblk) { GRID_ENTER();
     int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
@@ -1646,7 +1659,7 @@ extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed ch
 // The quantized activations as the f32 values they stand for (q * d), for the exact kernels of
 // the types without a fast kernel.
 extern "C" __global__ void q8_values(const signed char* __restrict__ q, const Q8Blk* __restrict__ ds,
-                                     float* __restrict__ out, int nvals) {
+                                     float* __restrict__ out, int nvals) { GRID_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < nvals) out[i] = (float)q[i] * ds[i >> 5].d;
 }
@@ -2072,18 +2085,18 @@ __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const 
 #define FAST_FOR(TY)                                                                            \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_fast_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,     \
-                      int k, int m) {                                                           \
+                      int k, int m) { GRID_ENTER();                                                           \
         mmv_fast_body<TY, false>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);     \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         gate_up_fast_##TY(const u8* Wg, const u8* Wu, const signed char* xq, const Q8Blk* xd,   \
-                          float* g, float* u, float* a, int n, int k, int m, int act, double c) {\
+                          float* g, float* u, float* a, int n, int k, int m, int act, double c) { GRID_ENTER();\
         mmv_fast_body<TY, true>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                      \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv3_fast_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,         \
                        const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k, int m0,  \
-                       int m1, int m2) {                                                        \
+                       int m1, int m2) { GRID_ENTER();                                                        \
         mmv3_fast_body<TY>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);                   \
     }
 FAST_FOR(2)

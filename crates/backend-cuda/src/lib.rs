@@ -26,8 +26,8 @@ use std::cell::RefCell;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
     residual_norm_unfused, rope_store_unfused, Activation, AttentionParams, Backend, BackendError,
@@ -36,6 +36,7 @@ use lockstep_graph::{
 };
 
 pub mod compile;
+mod graph_exec;
 pub mod plan;
 pub mod steps;
 
@@ -370,16 +371,8 @@ enum Mode {
     Capture,
 }
 
-/// A CUDA graph that may move to another thread with its backend.
-struct SendGraph(CudaGraph);
-
-// SAFETY: a graph must not be used from two threads at once; it is reachable only through
-// the backend's `RefCell` (the backend is not `Sync`), so every use is from the one thread
-// that owns the backend at the time, and cudarc binds the context to that thread on launch.
-unsafe impl Send for SendGraph {}
-
 struct Captured {
-    graph: SendGraph,
+    graph: graph_exec::StepGraph,
     store: StepStore,
     out: CudaTensor,
 }
@@ -404,6 +397,8 @@ struct Steps {
     pub replays: usize,
     pub captures: usize,
     pub failed: usize,
+    /// Kernel-to-kernel edges made programmatic in the captured graphs.
+    pub programmatic_edges: usize,
 }
 
 /// Attention's score buffers, grown on demand.
@@ -432,6 +427,9 @@ pub struct CudaBackend {
     next_id: std::cell::Cell<u64>,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
+    /// Step graphs get programmatic edges (`graph_exec`): compute capability 9.0 or later,
+    /// where the kernels' `GRID_ENTER` waits, and not turned off by `LOCKSTEP_CUDA_PDL=0`.
+    programmatic: bool,
     steps: RefCell<Steps>,
     scores: RefCell<Option<Scores>>,
     /// Page-locked staging for copies to the host (`host_f32`).
@@ -474,10 +472,11 @@ impl Drop for CudaBackend {
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
-                "cuda step graphs: {} captured, {} replays, {} failed captures{}",
+                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges{}",
                 st.captures,
                 st.replays,
                 st.failed,
+                st.programmatic_edges,
                 if st.enabled {
                     ""
                 } else {
@@ -712,6 +711,7 @@ impl CudaBackend {
             q8_of: std::cell::Cell::new(None),
             next_id: std::cell::Cell::new(0),
             kernel_origin,
+            programmatic: maj >= 9 && graph_exec::pdl_enabled(),
             steps: RefCell::new(Steps {
                 enabled: opts.step_graphs
                     && std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
@@ -726,6 +726,7 @@ impl CudaBackend {
                 replays: 0,
                 captures: 0,
                 failed: 0,
+                programmatic_edges: 0,
             }),
             scores: RefCell::new(None),
             pinned: RefCell::new(None),
@@ -991,6 +992,20 @@ impl CudaBackend {
 
     /// Derives every table of a recorded step from `batch` and writes it to the step's
     /// buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
+    /// The module our kernels live in, when step graphs get programmatic edges.
+    fn programmatic_module(&self) -> Option<cudarc::driver::sys::CUmodule> {
+        if !self.programmatic {
+            return None;
+        }
+        let mut m = std::mem::MaybeUninit::uninit();
+        // SAFETY: a function handle of our loaded module, alive as long as `self.k`.
+        unsafe { cudarc::driver::sys::cuFuncGetModule(m.as_mut_ptr(), self.k.add.cu_function()) }
+            .result()
+            .ok()?;
+        // SAFETY: initialized by the successful call above.
+        Some(unsafe { m.assume_init() })
+    }
+
     fn restage(&self, store: &mut StepStore, batch: &Batch) -> Result<bool, BackendError> {
         for s in &mut store.inputs {
             let host = s.kind.derive(batch)?;
@@ -1785,7 +1800,6 @@ impl Backend for CudaBackend {
             return Ok(None);
         }
         c.graph
-            .0
             .launch()
             .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
         let out = &c.out;
@@ -1882,9 +1896,8 @@ impl Backend for CudaBackend {
                 let mut st = self.steps.borrow_mut();
                 st.mode = Mode::Eager;
                 let store = st.current.take();
-                let graph = self
-                    .stream
-                    .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0));
+                let graph =
+                    graph_exec::StepGraph::end_capture(&self.stream, self.programmatic_module());
                 match (graph, st.broken.take(), store) {
                     (Ok(Some(graph)), None, Some(store)) => {
                         graph.launch().map_err(|e| {
@@ -1896,10 +1909,11 @@ impl Backend for CudaBackend {
                             self.host_f32("logits", logits.buf(), logits.rows * logits.cols),
                         );
                         st.captures += 1;
+                        st.programmatic_edges += graph.programmatic_edges;
                         st.graphs.insert(
                             store.key,
                             Captured {
-                                graph: SendGraph(graph),
+                                graph,
                                 store,
                                 out: logits,
                             },
