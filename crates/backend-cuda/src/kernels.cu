@@ -2110,3 +2110,238 @@ FAST_FOR(14)
 // ============================================================================================
 // END FAST NUMERICS
 // ============================================================================================
+
+// ============================================================================================
+// LOGITS REDUCTION (LogitsOut::Top): per logits row, its k largest entries in the sampler's
+// order and the monitors' statistics, so that only those cross to the host. The definition is
+// LogitsSummary::of_row (crates/graph/src/logits.rs): the same ids and values, bit for bit.
+// Two passes: TOP_THREADS-thread blocks each take a chunk of a row (at most TOP_PER values a
+// thread) and leave its k largest keys and partial statistics; one block per row merges them.
+// ============================================================================================
+#define TOP_THREADS 256
+#define TOP_PER 16
+
+// The sampler's order as one integer: a larger key is a larger logit, or the same logit with a
+// lower id; -0.0 and +0.0 are one value. Every finite logit's key is above 2^55, so 0 marks
+// "nothing" (a taken or absent entry).
+__device__ __forceinline__ unsigned long long top_key(u32 id, float v) {
+    u32 b = v == 0.0f ? 0u : __float_as_uint(v);
+    u32 o = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)o << 32) | (unsigned long long)(0xFFFFFFFFu - id);
+}
+
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = w > v ? w : v;
+    }
+    return v;
+}
+
+// The block's largest key (every thread gets it); `red` holds TOP_THREADS / 32 + 1 entries.
+__device__ __forceinline__ unsigned long long block_max_u64(unsigned long long v,
+                                                            unsigned long long* red) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max_u64(v);
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        unsigned long long w = lane < (TOP_THREADS >> 5) ? red[lane] : 0ull;
+        w = warp_max_u64(w);
+        if (lane == 0) red[TOP_THREADS >> 5] = w;
+    }
+    __syncthreads();
+    unsigned long long r = red[TOP_THREADS >> 5];
+    __syncthreads();
+    return r;
+}
+
+// The block's reduction of v by op (every thread gets it); `id` is op's identity, which the
+// lanes beyond the block's warps contribute.
+template <class T, class Op>
+__device__ __forceinline__ T block_reduce(T v, T id, T* red, Op op) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        T w = lane < (TOP_THREADS >> 5) ? red[lane] : id;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) w = op(w, __shfl_xor_sync(0xffffffffu, w, o));
+        if (lane == 0) red[TOP_THREADS >> 5] = w;
+    }
+    __syncthreads();
+    T r = red[TOP_THREADS >> 5];
+    __syncthreads();
+    return r;
+}
+
+struct MaxF { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct SumD { __device__ double operator()(double a, double b) const { return a + b; } };
+struct SumI { __device__ int operator()(int a, int b) const { return a + b; } };
+struct MinI { __device__ int operator()(int a, int b) const { return min(a, b); } };
+
+// k rounds of "take the largest remaining key" over each thread's `n` keys; thread 0 writes
+// the i-th largest to out[i] (0 once the keys run out).
+template <int PER>
+__device__ __forceinline__ void block_top_keys(unsigned long long (&keys)[PER], int k,
+                                               unsigned long long* out,
+                                               unsigned long long* red) {
+    for (int i = 0; i < k; i++) {
+        unsigned long long m = 0;
+#pragma unroll
+        for (int j = 0; j < PER; j++) m = keys[j] > m ? keys[j] : m;
+        unsigned long long best = block_max_u64(m, red);
+        // Keys are unique (the id is part of them): exactly one thread holds `best`.
+#pragma unroll
+        for (int j = 0; j < PER; j++)
+            if (keys[j] == best) keys[j] = 0;
+        if (threadIdx.x == 0) out[i] = best;
+        if (best == 0) {
+            if (threadIdx.x == 0)
+                for (int r = i + 1; r < k; r++) out[r] = 0;
+            break;
+        }
+    }
+}
+
+// Pass 1: grid (blocks per row, rows). Block b of row r takes logits [b * chunk, (b + 1) *
+// chunk) of the row (chunk <= TOP_THREADS * TOP_PER) and writes its k largest keys to
+// keys[(r * nb + b) * k ..], its finite max, sum of exp(v - max) and of (v - max) exp(v - max)
+// to stats[(r * nb + b) * 3 ..] (f64, as the host's monitor sums), and its count of non-finite
+// values, of NaNs and its first non-finite index to counts[(r * nb + b) * 3 ..].
+extern "C" __global__ void __launch_bounds__(TOP_THREADS)
+    logits_top_part(const float* __restrict__ x, int n_vocab, int chunk, int k,
+                    unsigned long long* __restrict__ keys, double* __restrict__ stats,
+                    int* __restrict__ counts) {
+    GRID_ENTER();
+    __shared__ unsigned long long red64[TOP_THREADS / 32 + 1];
+    __shared__ double redd[TOP_THREADS / 32 + 1];
+    __shared__ float redf[TOP_THREADS / 32 + 1];
+    __shared__ int redi[TOP_THREADS / 32 + 1];
+    int row = blockIdx.y, nb = gridDim.x, b = blockIdx.x;
+    const float* xr = x + (size_t)row * n_vocab;
+    int lo = b * chunk, hi = min(n_vocab, lo + chunk);
+    unsigned long long kk[TOP_PER];
+    float v[TOP_PER];
+    float mx = __int_as_float(0xff800000);
+    int bad = 0, nan = 0, first = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < TOP_PER; j++) {
+        int i = lo + j * TOP_THREADS + threadIdx.x;
+        kk[j] = 0;
+        v[j] = 0.0f;
+        if (i < hi) {
+            float t = xr[i];
+            v[j] = t;
+            if (isfinite(t)) {
+                kk[j] = top_key((u32)i, t);
+                mx = fmaxf(mx, t);
+            } else {
+                bad++;
+                nan += isnan(t) ? 1 : 0;
+                first = min(first, i);
+            }
+        }
+    }
+    mx = block_reduce(mx, __int_as_float(0xff800000), redf, MaxF());
+    double z = 0.0, s = 0.0;
+#pragma unroll
+    for (int j = 0; j < TOP_PER; j++) {
+        if (kk[j] != 0) {
+            double d = (double)v[j] - (double)mx;
+            double e = exp(d);
+            z += e;
+            s += e * d;
+        }
+    }
+    z = block_reduce(z, 0.0, redd, SumD());
+    s = block_reduce(s, 0.0, redd, SumD());
+    bad = block_reduce(bad, 0, redi, SumI());
+    nan = block_reduce(nan, 0, redi, SumI());
+    first = block_reduce(first, 0x7fffffff, redi, MinI());
+    size_t slot = (size_t)row * nb + b;
+    if (threadIdx.x == 0) {
+        stats[slot * 3] = (double)mx;
+        stats[slot * 3 + 1] = z;
+        stats[slot * 3 + 2] = s;
+        counts[slot * 3] = bad;
+        counts[slot * 3 + 1] = nan;
+        counts[slot * 3 + 2] = first;
+    }
+    block_top_keys<TOP_PER>(kk, k, keys + slot * k, red64);
+}
+
+// Pass 2: one block per row over the nb * k keys of pass 1 (at most TOP_THREADS * TOP_PER).
+// Writes out[r * (2k + 6) ..]: k ids, k values (the logits' own bits, read back from x), the
+// non-finite count, the NaN count, the first non-finite index (-1: none) and its value, and
+// the entropy as the two halves of an f64.
+extern "C" __global__ void __launch_bounds__(TOP_THREADS)
+    logits_top_merge(const float* __restrict__ x, int n_vocab, int nb, int k,
+                     const unsigned long long* __restrict__ keys,
+                     const double* __restrict__ stats, const int* __restrict__ counts,
+                     u32* __restrict__ out) {
+    GRID_ENTER();
+    __shared__ unsigned long long red64[TOP_THREADS / 32 + 1];
+    __shared__ unsigned long long best[64];
+    __shared__ double redd[TOP_THREADS / 32 + 1];
+    __shared__ float redf[TOP_THREADS / 32 + 1];
+    __shared__ int redi[TOP_THREADS / 32 + 1];
+    int row = blockIdx.x, n = nb * k;
+    const unsigned long long* kr = keys + (size_t)row * n;
+    unsigned long long kk[TOP_PER];
+#pragma unroll
+    for (int j = 0; j < TOP_PER; j++) {
+        int i = j * TOP_THREADS + threadIdx.x;
+        kk[j] = i < n ? kr[i] : 0ull;
+    }
+    block_top_keys<TOP_PER>(kk, k, best, red64);
+    // The blocks' statistics, combined about the row's max M: z = sum z_b e^(m_b - M),
+    // s = sum (s_b + (m_b - M) z_b) e^(m_b - M); entropy = ln z - s / z.
+    const double* st = stats + (size_t)row * nb * 3;
+    const int* ct = counts + (size_t)row * nb * 3;
+    float mb = __int_as_float(0xff800000);
+    int bad = 0, nan = 0, first = 0x7fffffff;
+    for (int b = threadIdx.x; b < nb; b += TOP_THREADS) {
+        mb = fmaxf(mb, (float)st[b * 3]);
+        bad += ct[b * 3];
+        nan += ct[b * 3 + 1];
+        first = min(first, ct[b * 3 + 2]);
+    }
+    float M = block_reduce(mb, __int_as_float(0xff800000), redf, MaxF());
+    double z = 0.0, s = 0.0;
+    for (int b = threadIdx.x; b < nb; b += TOP_THREADS) {
+        double zb = st[b * 3 + 1];
+        if (zb > 0.0) {
+            double dm = st[b * 3] - (double)M, w = exp(dm);
+            z += zb * w;
+            s += (st[b * 3 + 2] + dm * zb) * w;
+        }
+    }
+    z = block_reduce(z, 0.0, redd, SumD());
+    s = block_reduce(s, 0.0, redd, SumD());
+    bad = block_reduce(bad, 0, redi, SumI());
+    nan = block_reduce(nan, 0, redi, SumI());
+    first = block_reduce(first, 0x7fffffff, redi, MinI());
+    u32* o = out + (size_t)row * (2 * k + 6);
+    const float* xr = x + (size_t)row * n_vocab;
+    for (int i = threadIdx.x; i < k; i += TOP_THREADS) {
+        unsigned long long key = best[i];
+        u32 id = key == 0 ? 0xFFFFFFFFu : 0xFFFFFFFFu - (u32)(key & 0xFFFFFFFFull);
+        o[i] = id;
+        o[k + i] = key == 0 ? 0u : __float_as_uint(xr[id]);
+    }
+    if (threadIdx.x == 0) {
+        bool none = bad > 0;
+        double h = none || z <= 0.0 ? 0.0 : log(z) - s / z;
+        o[2 * k] = (u32)bad;
+        o[2 * k + 1] = (u32)nan;
+        o[2 * k + 2] = bad > 0 ? (u32)first : 0xFFFFFFFFu;
+        o[2 * k + 3] = bad > 0 ? __float_as_uint(xr[first]) : 0u;
+        unsigned long long hb = (unsigned long long)__double_as_longlong(h);
+        o[2 * k + 4] = (u32)(hb & 0xFFFFFFFFull);
+        o[2 * k + 5] = (u32)(hb >> 32);
+    }
+}

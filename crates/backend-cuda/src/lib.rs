@@ -31,8 +31,8 @@ use cudarc::driver::{
 };
 use lockstep_graph::{
     residual_norm_unfused, rope_store_unfused, Activation, AttentionParams, Backend, BackendError,
-    Batch, HostTensor, KvLayout, QkRoped, QkvIn, Residual, RopeParams, RopeStyle, StepKey, Taps,
-    WeightView,
+    Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary, QkRoped, QkvIn, Residual, RopeParams,
+    RopeStyle, StepKey, StepOut, Taps, WeightView,
 };
 
 pub mod compile;
@@ -261,6 +261,18 @@ struct Kernels {
     fast_mm3: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
+    /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
+    logits_top_part: CudaFunction,
+    logits_top_merge: CudaFunction,
+}
+
+/// The logits reduction's buffers, grown on demand: pass 1's keys, statistics and counts,
+/// and the words that go to the host.
+struct TopScratch {
+    keys: CudaSlice<u64>,
+    stats: CudaSlice<f64>,
+    counts: CudaSlice<i32>,
+    out: CudaSlice<f32>,
 }
 
 /// Options of the CUDA backend.
@@ -432,6 +444,8 @@ pub struct CudaBackend {
     programmatic: bool,
     steps: RefCell<Steps>,
     scores: RefCell<Option<Scores>>,
+    /// The logits reduction's buffers (`top_on_device`).
+    top: RefCell<Option<TopScratch>>,
     /// Page-locked staging for copies to the host (`host_f32`).
     pinned: RefCell<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     pool: Arc<Mutex<Pool>>,
@@ -655,6 +669,8 @@ impl CudaBackend {
             fast_mm3,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
+            logits_top_part: f("logits_top_part")?,
+            logits_top_merge: f("logits_top_merge")?,
         };
         // The tensor-core path needs cuBLAS; without it (or when deterministic) every matmul
         // uses the kernels above.
@@ -712,6 +728,7 @@ impl CudaBackend {
             next_id: std::cell::Cell::new(0),
             kernel_origin,
             programmatic: maj >= 9 && graph_exec::pdl_enabled(),
+            top: RefCell::new(None),
             steps: RefCell::new(Steps {
                 enabled: opts.step_graphs
                     && std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
@@ -992,6 +1009,107 @@ impl CudaBackend {
 
     /// Derives every table of a recorded step from `batch` and writes it to the step's
     /// buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
+    /// `logits`' rows reduced on the device to their `k` largest entries and the monitors'
+    /// statistics (kernels.cu, LOGITS REDUCTION): `2k + 6` words a row cross to the host.
+    /// `None` where the reduction does not fit (`plan::top_blocks`) or
+    /// `LOCKSTEP_CUDA_TOPK=host` asks for the host's.
+    fn top_on_device(&self, logits: &CudaTensor, k: usize) -> Option<Vec<LogitsSummary>> {
+        let (rows, v) = (logits.rows, logits.cols);
+        let (nb, chunk) = plan::top_blocks(v, k)?;
+        if std::env::var("LOCKSTEP_CUDA_TOPK").is_ok_and(|s| s == "host") {
+            return None;
+        }
+        if rows == 0 {
+            return Some(Vec::new());
+        }
+        let words = 2 * k + 6;
+        let mut scratch = self.top.borrow_mut();
+        let fits = scratch.as_ref().is_some_and(|t| {
+            t.keys.len() >= rows * nb * k
+                && t.stats.len() >= rows * nb * 3
+                && t.counts.len() >= rows * nb * 3
+                && t.out.len() >= rows * words
+        });
+        if !fits {
+            let alloc = || -> Result<TopScratch, cudarc::driver::DriverError> {
+                Ok(TopScratch {
+                    keys: self.stream.alloc_zeros::<u64>(rows * nb * k)?,
+                    stats: self.stream.alloc_zeros::<f64>(rows * nb * 3)?,
+                    counts: self.stream.alloc_zeros::<i32>(rows * nb * 3)?,
+                    out: self.stream.alloc_zeros::<f32>(rows * words)?,
+                })
+            };
+            *scratch = Some(alloc().unwrap_or_else(|e| device_failure("logits_top", e)));
+        }
+        let t = scratch.as_mut()?;
+        let (vi, chunk_i, ki, nbi) = (v as i32, chunk as i32, k as i32, nb as i32);
+        let mut b = self.stream.launch_builder(&self.k.logits_top_part);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&chunk_i)
+            .arg(&ki)
+            .arg(&mut t.keys)
+            .arg(&mut t.stats)
+            .arg(&mut t.counts);
+        let cfg = LaunchConfig {
+            grid_dim: (nb as u32, rows as u32, 1),
+            block_dim: (plan::TOP_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: logits holds rows * v floats; the scratch holds rows * nb * k keys and
+        // rows * nb * 3 statistics and counts (checked above); nb * chunk covers v with
+        // chunk <= TOP_THREADS * TOP_PER (plan::top_blocks).
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("logits_top_part", e));
+        let mut b = self.stream.launch_builder(&self.k.logits_top_merge);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&nbi)
+            .arg(&ki)
+            .arg(&t.keys)
+            .arg(&t.stats)
+            .arg(&t.counts)
+            .arg(&mut t.out);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (plan::TOP_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as above; out holds rows * (2k + 6) words, k <= TOP_MAX_K (the merge's
+        // shared array) and nb * k <= TOP_THREADS * TOP_PER keys a row.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("logits_top_merge", e));
+        // The words are u32 bit patterns in an f32 buffer: copies move bits, never values.
+        let host = self.host_f32("logits_top", &t.out, rows * words);
+        self.mark("logits_top");
+        Some(
+            host.chunks_exact(words)
+                .map(|o| {
+                    let bits = |i: usize| o[i].to_bits();
+                    let non_finite = bits(2 * k) as usize;
+                    let top = if non_finite > 0 {
+                        Vec::new()
+                    } else {
+                        (0..k)
+                            .filter(|&i| bits(i) != u32::MAX)
+                            .map(|i| (bits(i), f32::from_bits(bits(k + i))))
+                            .collect()
+                    };
+                    let entropy = f64::from_bits(
+                        u64::from(bits(2 * k + 4)) | u64::from(bits(2 * k + 5)) << 32,
+                    );
+                    LogitsSummary {
+                        top,
+                        n_vocab: v,
+                        non_finite,
+                        nan: bits(2 * k + 1) as usize,
+                        first_non_finite: (non_finite > 0)
+                            .then(|| (bits(2 * k + 2), f32::from_bits(bits(2 * k + 3)))),
+                        entropy,
+                    }
+                })
+                .collect(),
+        )
+    }
+
     /// The module our kernels live in, when step graphs get programmatic edges.
     fn programmatic_module(&self) -> Option<cudarc::driver::sys::CUmodule> {
         if !self.programmatic {
@@ -1785,7 +1903,8 @@ impl Backend for CudaBackend {
         key: StepKey,
         cache: &mut CudaKvCache,
         batch: &Batch,
-    ) -> Result<Option<HostTensor>, BackendError> {
+        out: LogitsOut,
+    ) -> Result<Option<StepOut>, BackendError> {
         let fk = FullKey {
             step: key,
             cache: self.cache_id(cache),
@@ -1802,12 +1921,7 @@ impl Backend for CudaBackend {
         c.graph
             .launch()
             .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
-        let out = &c.out;
-        let h = HostTensor::matrix(
-            out.rows,
-            out.cols,
-            self.host_f32("logits", out.buf(), out.rows * out.cols),
-        );
+        let h = self.logits_out(&c.out, out)?;
         st.replays += 1;
         Ok(Some(h))
     }
@@ -1867,16 +1981,20 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
-    fn end_step(&self, logits: CudaTensor) -> Result<Option<HostTensor>, BackendError> {
+    fn end_step(
+        &self,
+        logits: CudaTensor,
+        out: LogitsOut,
+    ) -> Result<Option<StepOut>, BackendError> {
         let mode = self.steps.borrow().mode;
         match mode {
             Mode::Eager => {
-                let h = self.to_host(&logits);
+                let h = self.logits_out(&logits, out)?;
                 self.f16_overflowed()?;
                 Ok(Some(h))
             }
             Mode::Record => {
-                let h = self.to_host(&logits);
+                let h = self.logits_out(&logits, out)?;
                 drop(logits);
                 let mut st = self.steps.borrow_mut();
                 st.mode = Mode::Eager;
@@ -1903,11 +2021,7 @@ impl Backend for CudaBackend {
                         graph.launch().map_err(|e| {
                             BackendError::Other(format!("cuda step graph launch: {e}"))
                         })?;
-                        let h = HostTensor::matrix(
-                            logits.rows,
-                            logits.cols,
-                            self.host_f32("logits", logits.buf(), logits.rows * logits.cols),
-                        );
+                        let h = self.logits_out(&logits, out)?;
                         st.captures += 1;
                         st.programmatic_edges += graph.programmatic_edges;
                         st.graphs.insert(
@@ -1935,6 +2049,23 @@ impl Backend for CudaBackend {
                 }
             }
         }
+    }
+
+    fn logits_out(&self, logits: &CudaTensor, out: LogitsOut) -> Result<StepOut, BackendError> {
+        if let LogitsOut::Top(k) = out {
+            if let Some(rows) = self.top_on_device(logits, k) {
+                return Ok(StepOut::Top(rows));
+            }
+        }
+        let host = self.to_host(logits);
+        Ok(match out {
+            LogitsOut::Full => StepOut::Full(host),
+            LogitsOut::Top(k) => StepOut::Top(
+                (0..host.rows())
+                    .map(|r| LogitsSummary::of_row(host.row(r), k))
+                    .collect(),
+            ),
+        })
     }
 
     fn abandon_step(&self) {

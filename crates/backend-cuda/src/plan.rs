@@ -498,6 +498,35 @@ pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
     out
 }
 
+/// Threads of a `logits_top_part` / `logits_top_merge` block and the most logits (or, when
+/// merging, keys) one thread holds (`TOP_THREADS`, `TOP_PER` in kernels.cu).
+pub const TOP_THREADS: usize = 256;
+pub const TOP_PER: usize = 16;
+/// The most candidates a row is reduced to on the device (the merge keeps them in shared
+/// memory).
+pub const TOP_MAX_K: usize = 64;
+/// The logits a first-pass block takes when there are enough blocks to spare.
+const TOP_CHUNK: usize = 2048;
+
+/// How the device reduces rows of `n_vocab` logits to their `k` largest: `(blocks per row,
+/// logits per block)`, such that the blocks cover the row, a block holds at most
+/// `TOP_THREADS * TOP_PER` logits and the merge at most as many keys (`blocks * k`). `None`:
+/// the reduction does not fit (`k` of 0 or above [`TOP_MAX_K`], or a vocabulary too large),
+/// the host reduces instead.
+pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
+    let cap = TOP_THREADS * TOP_PER;
+    if k == 0 || k > TOP_MAX_K || n_vocab == 0 {
+        return None;
+    }
+    let most_blocks = cap / k;
+    let mut nb = n_vocab.div_ceil(TOP_CHUNK);
+    if nb > most_blocks {
+        nb = most_blocks;
+    }
+    let chunk = n_vocab.div_ceil(nb).next_multiple_of(TOP_THREADS);
+    (chunk <= cap && nb * chunk >= n_vocab).then_some((nb, chunk))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -781,5 +810,28 @@ mod tests {
         }
         // Every fast type is a supported type.
         assert!(FAST.iter().all(|t| SUPPORTED.contains(t)));
+    }
+
+    #[test]
+    fn top_blocks_cover_the_row_within_the_kernels_limits() {
+        for &v in &[
+            1, 255, 256, 2048, 2049, 32000, 49152, 151936, 262144, 524288,
+        ] {
+            for &k in &[1, 2, 40, 63, 64] {
+                let (nb, chunk) = top_blocks(v, k).unwrap_or_else(|| panic!("{v} {k}"));
+                assert!(
+                    nb * chunk >= v && (nb - 1) * chunk < v,
+                    "{v} {k}: {nb} x {chunk}"
+                );
+                assert!(chunk <= TOP_THREADS * TOP_PER && chunk % TOP_THREADS == 0);
+                assert!(nb * k <= TOP_THREADS * TOP_PER);
+            }
+        }
+        assert_eq!(top_blocks(262144, 1), Some((128, 2048)));
+        assert_eq!(top_blocks(262144, 64), Some((64, 4096)));
+        assert_eq!(top_blocks(49152, 40), Some((24, 2048)));
+        assert_eq!(top_blocks(1000, 65), None);
+        assert_eq!(top_blocks(1000, 0), None);
+        assert_eq!(top_blocks(4096 * 65, 64), None);
     }
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockstep_graph::taps::Recorder;
-use lockstep_graph::{Backend, Taps};
+use lockstep_graph::{Backend, LogitsSummary, Taps};
 use lockstep_sampling::{
     FinishReason, ParamError, Sampler, SamplingError, SamplingParams, StopChecker,
 };
@@ -46,25 +46,44 @@ pub struct GenerateOutput {
 #[derive(Clone, Debug, Default)]
 pub struct GenerateOptions {
     pub monitor: MonitorConfig,
+    /// Copy every step's whole logits row to the host and sample there. Off (the default),
+    /// when the sampler needs only a row's largest logits ([`Sampler::top_needed`]: greedy,
+    /// or top-k without penalties) the backend reduces the row where it computed it and only
+    /// those cross to the host; the token is the same either way.
+    pub full_logits: bool,
 }
 
-/// One forward step of `seq`, with the watch-mode taps handed to the monitor.
+/// A step's next-token logits: the whole row, or its summary.
+enum NextLogits {
+    Full(Vec<f32>),
+    Top(LogitsSummary),
+}
+
+/// One forward step of `seq`, with the watch-mode taps handed to the monitor; `top`: the
+/// row reduced to that many largest logits.
 fn step<B: Backend>(
     engine: &mut Engine<B>,
     seq: SeqId,
     tokens: &[u32],
     monitor: &mut Monitor,
     index: usize,
-) -> Result<Vec<f32>, EngineError> {
+    top: Option<usize>,
+) -> Result<NextLogits, EngineError> {
+    let forward = |engine: &mut Engine<B>, taps: &mut Taps<'_>| -> Result<_, EngineError> {
+        Ok(match top {
+            Some(k) => NextLogits::Top(engine.forward_one_top(seq, tokens, taps, k)?),
+            None => NextLogits::Full(engine.forward_one(seq, tokens, taps)?),
+        })
+    };
     if monitor.config().enabled && monitor.config().watch {
         let mut rec = Recorder::new();
         rec.filter = Some(Box::new(Monitor::watch_filter));
-        let logits = engine.forward_one(seq, tokens, &mut Taps::new(&mut rec))?;
+        let next = forward(engine, &mut Taps::new(&mut rec))?;
         let n_kv = engine.seq_len(seq)?;
         monitor.observe_taps(index, &rec, tokens.len(), n_kv);
-        Ok(logits)
+        Ok(next)
     } else {
-        engine.forward_one(seq, tokens, &mut Taps::none())
+        forward(engine, &mut Taps::none())
     }
 }
 
@@ -102,7 +121,12 @@ pub fn generate_with<B: Backend>(
     let seq = engine.new_sequence();
     let result = (|| {
         let t0 = Instant::now();
-        let mut logits = step(engine, seq, prompt, &mut monitor, 0)?;
+        let top = if opts.full_logits {
+            None
+        } else {
+            sampler.top_needed(engine.n_vocab())
+        };
+        let mut logits = step(engine, seq, prompt, &mut monitor, 0, top)?;
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
         let mut history: Vec<u32> = prompt.to_vec();
@@ -111,8 +135,17 @@ pub fn generate_with<B: Backend>(
         let mut decoder = StreamDecoder::new(false);
         let mut stops = StopChecker::new(params.stop.iter().cloned());
         let finish = loop {
-            monitor.observe_logits(ids.len(), &logits);
-            let id = match sampler.sample(&logits, &history) {
+            let chosen = match &logits {
+                NextLogits::Full(row) => {
+                    monitor.observe_logits(ids.len(), row);
+                    sampler.sample(row, &history)
+                }
+                NextLogits::Top(s) => {
+                    monitor.observe_summary(ids.len(), s);
+                    sampler.sample_from_top(&s.top, s.n_vocab, s.first_non_finite)
+                }
+            };
+            let id = match chosen {
                 Ok(id) => id,
                 Err(e) => {
                     let step = ids.len();
@@ -146,7 +179,7 @@ pub fn generate_with<B: Backend>(
             if params.length_reached(ids.len()) || engine.seq_len(seq)? + 1 > engine.n_ctx() {
                 break FinishReason::Length;
             }
-            logits = step(engine, seq, &[id], &mut monitor, ids.len())?;
+            logits = step(engine, seq, &[id], &mut monitor, ids.len(), top)?;
         };
         if finish != FinishReason::StopString {
             let rest = decoder.finish();

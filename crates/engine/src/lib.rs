@@ -12,11 +12,12 @@ pub mod scheduler;
 
 use std::collections::BTreeMap;
 
-use lockstep_graph::{Backend, Batch, BatchSeq, HostTensor, KvLayout, Taps};
+use lockstep_graph::{Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, StepOut, Taps};
 use lockstep_models::{forward, Model, ModelError};
 
 pub use generate::{generate, generate_with, GenerateError, GenerateOptions, GenerateOutput};
 pub use kv::BlockAllocator;
+pub use lockstep_graph::LogitsSummary;
 pub use lockstep_sampling::{FinishReason, SamplingParams};
 pub use monitor::{MonitorConfig, MonitorWarning, WarningKind};
 
@@ -250,6 +251,51 @@ impl<B: Backend> Engine<B> {
         inputs: &[SeqInput<'_>],
         taps: &mut Taps<'_>,
     ) -> Result<Vec<HostTensor>, EngineError> {
+        let (out, ranges) = self.step(inputs, taps, LogitsOut::Full)?;
+        let StepOut::Full(logits) = out else {
+            unreachable!("full logits were asked for")
+        };
+        let v = logits.cols();
+        if let [r] = ranges.as_slice() {
+            if r.start == 0 && r.len() == logits.rows() {
+                // One sequence wants every output row: hand the tensor over (a vocabulary-wide
+                // copy per step is measurable in decode).
+                return Ok(vec![logits]);
+            }
+        }
+        Ok(ranges
+            .into_iter()
+            .map(|r| HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec()))
+            .collect())
+    }
+
+    /// [`forward`](Self::forward), with every output row reduced where the backend computed
+    /// it to its `k` largest logits and the monitors' statistics ([`LogitsSummary`]): on a GPU
+    /// only those cross to the host. Returns, per input, the summaries of its output rows.
+    pub fn forward_top(
+        &mut self,
+        inputs: &[SeqInput<'_>],
+        taps: &mut Taps<'_>,
+        k: usize,
+    ) -> Result<Vec<Vec<LogitsSummary>>, EngineError> {
+        let (out, ranges) = self.step(inputs, taps, LogitsOut::Top(k.max(1)))?;
+        let StepOut::Top(rows) = out else {
+            unreachable!("summaries were asked for")
+        };
+        Ok(ranges
+            .into_iter()
+            .map(|r| rows.get(r).map(<[_]>::to_vec).unwrap_or_default())
+            .collect())
+    }
+
+    /// One step: the batch built from `inputs`, run; the output as `out` asks and, per input,
+    /// its range of output rows.
+    fn step(
+        &mut self,
+        inputs: &[SeqInput<'_>],
+        taps: &mut Taps<'_>,
+        out: LogitsOut,
+    ) -> Result<(StepOut, Vec<std::ops::Range<usize>>), EngineError> {
         let vocab = self.n_vocab();
         // Validate everything before touching state, so a bad request leaves no trace.
         for (i, inp) in inputs.iter().enumerate() {
@@ -341,7 +387,14 @@ impl<B: Backend> Engine<B> {
             });
         }
 
-        let logits = forward(&self.backend, &self.model, &mut self.cache, &batch, taps)?;
+        let result = forward(
+            &self.backend,
+            &self.model,
+            &mut self.cache,
+            &batch,
+            taps,
+            out,
+        )?;
         for inp in inputs {
             if let Some(s) = self.seqs.get_mut(&inp.seq) {
                 s.n_past += inp.tokens.len();
@@ -359,18 +412,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
-        let v = logits.cols();
-        if let [r] = out_ranges.as_slice() {
-            if r.start == 0 && r.len() == logits.rows() {
-                // One sequence wants every output row: hand the tensor over (a vocabulary-wide
-                // copy per step is measurable in decode).
-                return Ok(vec![logits]);
-            }
-        }
-        Ok(out_ranges
-            .into_iter()
-            .map(|r| HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec()))
-            .collect())
+        Ok((result, out_ranges))
     }
 
     /// Convenience: one sequence, logits of the last token.
@@ -390,5 +432,30 @@ impl<B: Backend> Engine<B> {
             taps,
         )?;
         Ok(out.pop().map(|t| t.data).unwrap_or_default())
+    }
+
+    /// Convenience: one sequence, its last token's logits reduced to the `k` largest and the
+    /// monitors' statistics (see [`forward_top`](Self::forward_top)).
+    pub fn forward_one_top(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        taps: &mut Taps<'_>,
+        k: usize,
+    ) -> Result<LogitsSummary, EngineError> {
+        let mut out = self.forward_top(
+            &[SeqInput {
+                seq,
+                tokens,
+                logits: Logits::Last,
+                mask: None,
+            }],
+            taps,
+            k,
+        )?;
+        let Some(row) = out.pop().and_then(|mut rows| rows.pop()) else {
+            unreachable!("a step with one output row returns one summary")
+        };
+        Ok(row)
     }
 }

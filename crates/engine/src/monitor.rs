@@ -8,7 +8,7 @@
 //! Each kind warns once per run.
 
 use lockstep_graph::taps::Recorder;
-use lockstep_graph::HostTensor;
+use lockstep_graph::{HostTensor, LogitsSummary};
 use lockstep_tokenizer::Tokenizer;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -127,32 +127,33 @@ impl Monitor {
         if !self.cfg.enabled || logits.is_empty() {
             return;
         }
-        let bad = logits.iter().filter(|v| !v.is_finite()).count();
-        if bad > 0 {
-            let nan = logits.iter().filter(|v| v.is_nan()).count();
+        self.observe_summary(step, &LogitsSummary::of_row(logits, 0));
+    }
+
+    /// [`observe_logits`](Self::observe_logits) from a row's summary (counts of non-finite
+    /// values and the entropy), as a backend that reduces logits where it computed them
+    /// returns it.
+    pub fn observe_summary(&mut self, step: usize, s: &LogitsSummary) {
+        if !self.cfg.enabled || s.n_vocab == 0 {
+            return;
+        }
+        if s.non_finite > 0 {
             self.warn(
                 WarningKind::NonFinite,
                 step,
                 format!(
-                    "{bad} of {} logits are not finite ({nan} NaN, {} Inf): the forward pass produced garbage",
-                    logits.len(),
-                    bad - nan
+                    "{} of {} logits are not finite ({} NaN, {} Inf): the forward pass produced garbage",
+                    s.non_finite,
+                    s.n_vocab,
+                    s.nan,
+                    s.non_finite - s.nan
                 ),
             );
             return;
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut z = 0f64;
-        let mut s = 0f64;
-        for &v in logits {
-            let d = f64::from(v) - f64::from(max);
-            let e = d.exp();
-            z += e;
-            s += e * d;
-        }
-        // H = log Z - E[d]
-        let h = z.ln() - s / z;
-        let hmax = (logits.len() as f64).ln();
+        // H = log Z - E[d], computed by the summary.
+        let h = s.entropy;
+        let hmax = (s.n_vocab as f64).ln();
         if h >= self.cfg.flat_entropy_frac * hmax {
             self.warn(
                 WarningKind::FlatLogits,

@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use lockstep_graph::{Backend, Taps};
+use lockstep_graph::{Backend, HostTensor, LogitsSummary, Taps};
 use lockstep_sampling::{FinishReason, ParamError, Sampler, SamplingParams, StopChecker};
 use lockstep_tokenizer::{StreamDecoder, Tokenizer};
 
@@ -199,10 +199,19 @@ pub struct Scheduler<B: Backend> {
     next_id: RequestId,
     /// Longest sequence (prompt + generated) a request may reach.
     max_len: usize,
+    /// Always take whole logits rows to the host ([`Scheduler::set_full_logits`]).
+    full_logits: bool,
     stats: SchedulerStats,
 }
 
 impl<B: Backend> Scheduler<B> {
+    /// Take every output row's whole logits to the host, even when the requests' samplers
+    /// need only the largest ones (by default those rows are reduced where they were
+    /// computed; the tokens are the same either way).
+    pub fn set_full_logits(&mut self, on: bool) {
+        self.full_logits = on;
+    }
+
     pub fn new(
         engine: Engine<B>,
         tokenizer: Arc<Tokenizer>,
@@ -224,6 +233,7 @@ impl<B: Backend> Scheduler<B> {
             cancelled: Vec::new(),
             next_id: 0,
             max_len,
+            full_logits: false,
             stats: SchedulerStats::default(),
         })
     }
@@ -488,9 +498,38 @@ impl<B: Backend> Scheduler<B> {
             });
             who.push(i);
         }
+        // The rows go to the host reduced to their largest logits when every request that
+        // samples this step needs no more (`Sampler::top_needed`: no penalties, logit bias,
+        // logprobs or captured logits); on a GPU that is a few hundred bytes a row instead of
+        // the vocabulary.
+        let vocab = self.engine.n_vocab();
+        let top = inputs
+            .iter()
+            .zip(&who)
+            .filter(|(inp, _)| inp.logits != Logits::None)
+            .try_fold(0usize, |k, (_, &i)| {
+                let a = &self.running[i];
+                let plain = a.req.logit_bias.is_empty()
+                    && a.req.logprobs.is_none()
+                    && !a.req.capture_logits;
+                plain
+                    .then(|| a.sampler.top_needed(vocab))
+                    .flatten()
+                    .map(|n| k.max(n))
+            })
+            .filter(|&k| k > 0 && !self.full_logits);
         self.stats.steps += 1;
         let t0 = std::time::Instant::now();
-        let result = self.engine.forward(&inputs, &mut Taps::none());
+        let result = match top {
+            Some(k) => self
+                .engine
+                .forward_top(&inputs, &mut Taps::none(), k)
+                .map(|rows| rows.into_iter().map(StepRows::Top).collect::<Vec<_>>()),
+            None => self
+                .engine
+                .forward(&inputs, &mut Taps::none())
+                .map(|rows| rows.into_iter().map(StepRows::Full).collect()),
+        };
         self.stats.forward_seconds += t0.elapsed().as_secs_f64();
         drop(inputs);
         let logits = match result {
@@ -517,10 +556,12 @@ impl<B: Backend> Scheduler<B> {
                 self.stats.prompt_tokens_computed += n as u64;
             }
             a.computed += n;
-            if row.data.is_empty() {
-                continue;
-            }
-            let sampled = sample_one(a, &row.data, &self.tokenizer, self.max_len);
+            let row = match &row {
+                StepRows::Full(t) if !t.data.is_empty() => RowLogits::Full(&t.data),
+                StepRows::Top(rows) if !rows.is_empty() => RowLogits::Top(&rows[0]),
+                _ => continue,
+            };
+            let sampled = sample_one(a, row, &self.tokenizer, self.max_len);
             let (token_event, end) = match sampled {
                 Ok((ev, finished)) => {
                     self.stats.generated_tokens += 1;
@@ -550,30 +591,50 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
+/// One step's output rows of one request.
+enum StepRows {
+    Full(HostTensor),
+    Top(Vec<LogitsSummary>),
+}
+
+/// A request's next-token logits: the row, or its summary (when its sampler needs no more).
+#[derive(Clone, Copy)]
+enum RowLogits<'a> {
+    Full(&'a [f32]),
+    Top(&'a LogitsSummary),
+}
+
 /// Samples `a`'s next token from its logits row; returns the token event and, when this token
 /// ends the request, how it ended.
 fn sample_one(
     a: &mut Active,
-    logits: &[f32],
+    logits: RowLogits<'_>,
     tokenizer: &Tokenizer,
     max_len: usize,
 ) -> Result<(Event, Option<Finished>), String> {
     let step = a.n_generated;
-    a.monitor.observe_logits(step, logits);
-    let biased;
-    let row: &[f32] = if a.req.logit_bias.is_empty() {
-        logits
-    } else {
-        let mut r = logits.to_vec();
-        for &(id, b) in &a.req.logit_bias {
-            if let Some(v) = r.get_mut(id as usize) {
-                *v += b;
+    let chosen = match logits {
+        RowLogits::Top(s) => {
+            a.monitor.observe_summary(step, s);
+            a.sampler
+                .sample_from_top(&s.top, s.n_vocab, s.first_non_finite)
+        }
+        RowLogits::Full(logits) => {
+            a.monitor.observe_logits(step, logits);
+            if a.req.logit_bias.is_empty() {
+                a.sampler.sample(logits, &a.history)
+            } else {
+                let mut r = logits.to_vec();
+                for &(id, b) in &a.req.logit_bias {
+                    if let Some(v) = r.get_mut(id as usize) {
+                        *v += b;
+                    }
+                }
+                a.sampler.sample(&r, &a.history)
             }
         }
-        biased = r;
-        &biased
     };
-    let token = match a.sampler.sample(row, &a.history) {
+    let token = match chosen {
         Ok(t) => t,
         Err(e) => {
             let w = a
@@ -586,7 +647,14 @@ fn sample_one(
             return Err(format!("sampling failed: {e}{w}"));
         }
     };
-    let logprob = a.req.logprobs.map(|k| logprobs_of(logits, token, k));
+    let full = match logits {
+        RowLogits::Full(l) => Some(l),
+        RowLogits::Top(_) => None,
+    };
+    // Requests with logprobs or captured logits always get the full row.
+    let logprob = full
+        .zip(a.req.logprobs)
+        .map(|(l, k)| logprobs_of(l, token, k));
     a.monitor.observe_token(step, token, tokenizer);
     a.history.push(token);
     a.n_generated += 1;
@@ -640,7 +708,7 @@ fn sample_one(
             token,
             text,
             logprob,
-            logits: a.req.capture_logits.then(|| logits.to_vec()),
+            logits: full.filter(|_| a.req.capture_logits).map(<[f32]>::to_vec),
         },
         finished,
     ))

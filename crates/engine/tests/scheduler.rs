@@ -485,3 +485,76 @@ fn monitor_alarms_are_events_when_they_fire_and_listed_at_the_end() {
     let fired: Vec<_> = alarms.iter().map(|&(_, k)| k).collect();
     assert_eq!(listed, fired, "each alarm once, and all of them at the end");
 }
+
+/// Tokens and text of every request, logprobs not asked for.
+fn plain_outcomes<B: lockstep_graph::Backend>(
+    s: &mut Scheduler<B>,
+    reqs: &[Request],
+) -> Vec<(Vec<u32>, String)> {
+    let ids: Vec<RequestId> = reqs
+        .iter()
+        .map(|r| s.submit(r.clone()).expect("submit"))
+        .collect();
+    let mut out: BTreeMap<RequestId, (Vec<u32>, String)> = BTreeMap::new();
+    for _ in 0..10_000 {
+        if !s.has_work() {
+            break;
+        }
+        for (id, ev) in s.step() {
+            let o = out.entry(id).or_default();
+            match ev {
+                Event::Token { token, text, .. } => {
+                    o.0.push(token);
+                    o.1.push_str(&text);
+                }
+                Event::Finished(f) => o.1.push_str(&f.tail),
+                Event::Failed(m) => panic!("request {id} failed: {m}"),
+                Event::Alarm(_) => {}
+            }
+        }
+    }
+    assert!(!s.has_work(), "scheduler did not finish");
+    ids.iter()
+        .map(|id| out.remove(id).unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn reduced_rows_sample_what_full_rows_sample() {
+    // Greedy and top-k requests (reduced rows), one with a logit bias and one with logprobs
+    // (full rows for the whole step when they sample), batched together.
+    let mut reqs: Vec<Request> = mixed_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.logprobs = None;
+            r
+        })
+        .collect();
+    reqs[1].params.top_k = 64;
+    reqs[3].params.temperature = 1.4;
+    reqs[4].logit_bias = vec![(7, 3.0)];
+    reqs[5].logprobs = Some(2);
+    let run = |full: bool, reqs: &[Request]| {
+        let mut s = scheduler(
+            EngineConfig::default(),
+            SchedulerConfig {
+                max_seqs: 3,
+                ..SchedulerConfig::default()
+            },
+        );
+        s.set_full_logits(full);
+        plain_outcomes(&mut s, reqs)
+    };
+    for subset in [&reqs[..4], &reqs[..]] {
+        let reduced = run(false, subset);
+        let full = run(true, subset);
+        assert_eq!(reduced, full);
+        for (i, (t, _)) in reduced.iter().enumerate() {
+            assert_eq!(
+                t.len(),
+                subset[i].params.max_tokens.unwrap_or(0),
+                "request {i}"
+            );
+        }
+    }
+}

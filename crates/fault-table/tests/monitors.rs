@@ -51,6 +51,7 @@ fn run(s: &mut Setup, prompt: &[u32]) -> Vec<MonitorWarning> {
             watch: true,
             ..MonitorConfig::default()
         },
+        full_logits: false,
     };
     match generate_with(&mut s.engine, &s.tok, prompt, &params, &opts, |_| {}) {
         Ok(out) => out.warnings,

@@ -2,7 +2,7 @@
 
 use lockstep_quant::GgmlType;
 
-use crate::{Batch, HostTensor, Taps};
+use crate::{Batch, HostTensor, LogitsOut, LogitsSummary, StepOut, Taps};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -152,14 +152,16 @@ pub trait Backend {
     ///
     /// `replay_step` runs a step recorded earlier under `key` on this batch's inputs (token
     /// ids, positions, slots, attention tables, all re-derived from `batch` and checked as the
-    /// ops check them) and returns its logits, or `None` when there is no such recording.
+    /// ops check them) and returns its logits as `out` asks, or `None` when there is no such
+    /// recording.
     fn replay_step(
         &self,
         key: StepKey,
         cache: &mut Self::KvCache,
         batch: &Batch,
-    ) -> Result<Option<HostTensor>, BackendError> {
-        let _ = (key, cache, batch);
+        out: LogitsOut,
+    ) -> Result<Option<StepOut>, BackendError> {
+        let _ = (key, cache, batch, out);
         Ok(None)
     }
 
@@ -174,12 +176,31 @@ pub trait Backend {
         Ok(())
     }
 
-    /// Ends the step begun by `begin_step` with its logits tensor: the logits on the host, or
-    /// `None` when the ops were only recorded and not run (a capture the backend dropped), in
-    /// which case the caller runs them again, eagerly. A tapped step, never begun, ends here
-    /// too and must get `Some`.
-    fn end_step(&self, logits: Self::Tensor) -> Result<Option<HostTensor>, BackendError> {
-        Ok(Some(self.to_host(&logits)))
+    /// Ends the step begun by `begin_step` with its logits tensor: the logits as `out` asks
+    /// ([`Backend::logits_out`]), or `None` when the ops were only recorded and not run (a
+    /// capture the backend dropped), in which case the caller runs them again, eagerly. A
+    /// tapped step, never begun, ends here too and must get `Some`.
+    fn end_step(
+        &self,
+        logits: Self::Tensor,
+        out: LogitsOut,
+    ) -> Result<Option<StepOut>, BackendError> {
+        self.logits_out(&logits, out).map(Some)
+    }
+
+    /// The logits rows of `logits` as `out` asks: copied to the host, or reduced to
+    /// [`LogitsSummary`]s. The default reduces on the host; a backend whose logits live
+    /// elsewhere reduces them there ([`LogitsSummary::of_row`] is the definition to match).
+    fn logits_out(&self, logits: &Self::Tensor, out: LogitsOut) -> Result<StepOut, BackendError> {
+        let host = self.to_host(logits);
+        Ok(match out {
+            LogitsOut::Full => StepOut::Full(host),
+            LogitsOut::Top(k) => StepOut::Top(
+                (0..host.rows())
+                    .map(|r| LogitsSummary::of_row(host.row(r), k))
+                    .collect(),
+            ),
+        })
     }
 
     /// Ends a step begun by `begin_step` whose forward failed part way.

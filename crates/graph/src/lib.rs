@@ -9,6 +9,7 @@
 mod backend;
 mod batch;
 mod host;
+mod logits;
 pub mod taps;
 
 pub use backend::{
@@ -17,4 +18,5 @@ pub use backend::{
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;
+pub use logits::{top_key, LogitsOut, LogitsSummary, StepOut};
 pub use taps::{TapObserver, Taps};

@@ -2,7 +2,7 @@
 //! like llama2.c's `forward`, with a tap after every op.
 
 use lockstep_graph::{
-    AttentionParams, Backend, Batch, HostTensor, QkvIn, RopeParams, StepKey, Taps,
+    AttentionParams, Backend, Batch, LogitsOut, QkvIn, RopeParams, StepKey, StepOut, Taps,
 };
 
 use crate::config::ModelConfig;
@@ -10,7 +10,9 @@ use crate::weights::Model;
 use crate::ModelError;
 
 /// Runs `batch` through the model, writing each new token's K/V to the cache, and returns the
-/// logits of `batch.output_rows` as `[output_rows.len(), n_vocab]`.
+/// logits of `batch.output_rows` as `out` asks: the rows `[output_rows.len(), n_vocab]` on the
+/// host, or each row reduced where it was computed to its `k` largest logits
+/// ([`LogitsSummary`](lockstep_graph::LogitsSummary)).
 ///
 /// Without a tap observer the backend may replay a recording of an earlier step of the same
 /// shape instead of running the ops one by one ([`Backend::replay_step`], CUDA graphs); with
@@ -21,32 +23,34 @@ pub fn forward<B: Backend>(
     cache: &mut B::KvCache,
     batch: &Batch,
     taps: &mut Taps<'_>,
-) -> Result<HostTensor, ModelError> {
+    out: LogitsOut,
+) -> Result<StepOut, ModelError> {
     if taps.active() {
         let logits = forward_ops(b, model, cache, batch, taps)?;
+        // The logits tensor itself, copied only when the observer wants it.
+        taps.emit("result_output", || b.to_host(&logits));
         // An eager step still ends through `end_step`, so a backend's end-of-step checks
         // (cuda: the f16 GEMM's range flag) hold for tapped runs too.
-        let Some(logits) = b.end_step(logits)? else {
+        let Some(r) = b.end_step(logits, out)? else {
             unreachable!("a step that was never begun ran eagerly and has its logits")
         };
-        taps.emit("result_output", || logits.clone());
-        return Ok(logits);
+        return Ok(r);
     }
     let key = StepKey {
         model: model as *const Model<B> as usize,
         n_tokens: batch.n_tokens(),
         n_outputs: batch.output_rows.len(),
     };
-    if let Some(logits) = b.replay_step(key, cache, batch)? {
-        return Ok(logits);
+    if let Some(r) = b.replay_step(key, cache, batch, out)? {
+        return Ok(r);
     }
     b.begin_step(key, cache, batch)?;
     match forward_ops(b, model, cache, batch, taps) {
-        Ok(logits) => match b.end_step(logits)? {
-            Some(logits) => Ok(logits),
+        Ok(logits) => match b.end_step(logits, out)? {
+            Some(r) => Ok(r),
             None => {
                 let logits = forward_ops(b, model, cache, batch, taps)?;
-                Ok(b.to_host(&logits))
+                Ok(b.logits_out(&logits, out)?)
             }
         },
         Err(e) => {

@@ -49,6 +49,15 @@ pub enum SamplingError {
         /// The overflowed value.
         value: f32,
     },
+    /// [`Sampler::sample_from_top`](crate::Sampler::sample_from_top) got fewer of the row's
+    /// largest logits than it needs, or this sampler needs the whole row (`needed: None`).
+    #[error("{given} top logits given, the sampler needs {}", match .needed { Some(k) => format!("{k}"), None => "the whole row".into() })]
+    TooFewCandidates {
+        /// Candidates given.
+        given: usize,
+        /// Candidates needed ([`Sampler::top_needed`](crate::Sampler::top_needed)).
+        needed: Option<usize>,
+    },
     /// The row is longer than token ids (`u32`) can address.
     #[error("logits row of length {len} exceeds the u32 token id range")]
     VocabTooLarge {

@@ -26,5 +26,5 @@ pub use error::{ParamError, SamplingError};
 pub use finish::FinishReason;
 pub use params::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 pub use penalties::apply_penalties;
-pub use sampler::Sampler;
+pub use sampler::{Sampler, MAX_TOP_CANDIDATES};
 pub use stop::{StopChecker, StopResult};

@@ -27,6 +27,9 @@ fn by_logit_desc(a: &Candidate, b: &Candidate) -> Ordering {
         .then(a.id.cmp(&b.id))
 }
 
+/// The most candidates [`Sampler::top_needed`] asks for (llama.cpp's default top-k is 40).
+pub const MAX_TOP_CANDIDATES: usize = 64;
+
 /// Number of logit buckets used by [`top_p`] to locate the nucleus boundary
 /// without sorting the whole vocabulary.
 const TOP_P_BUCKETS: usize = 1024;
@@ -84,6 +87,71 @@ impl Sampler {
         if let Some(token) = self.prepare(logits, history)? {
             return Ok(token);
         }
+        let u = unit_f64(&mut self.rng);
+        Ok(draw(
+            &self.candidates,
+            self.params.temperature,
+            u,
+            &mut self.weights,
+        ))
+    }
+
+    /// How many of a row's largest logits decide the next token: `Some(k)` when the `k`
+    /// largest logits (ids and values, descending, ties by the lower id) are all that
+    /// [`sample_from_top`](Self::sample_from_top) needs to return exactly what
+    /// [`sample`](Self::sample) returns on the whole row: greedy (`k = 1`), or top-k of at most
+    /// [`MAX_TOP_CANDIDATES`] below the vocabulary size, without penalties (they change
+    /// logits by the history). `None`: the whole row is needed.
+    pub fn top_needed(&self, n_vocab: usize) -> Option<usize> {
+        if self.params.penalties_active() {
+            return None;
+        }
+        if self.params.temperature <= 0.0 {
+            return Some(1);
+        }
+        let k = self.params.top_k;
+        ((1..=MAX_TOP_CANDIDATES).contains(&k) && k < n_vocab).then_some(k)
+    }
+
+    /// [`sample`](Self::sample) from a row's `top` logits alone, for a row of `n_vocab`
+    /// logits whose first non-finite entry, if any, is `first_non_finite`. With at least
+    /// [`top_needed`](Self::top_needed) entries in `top`, in that order, the token and the
+    /// randomness consumed are exactly `sample`'s on the whole row (the filters after top-k
+    /// see the same candidates in the same order); the errors are the same too.
+    pub fn sample_from_top(
+        &mut self,
+        top: &[(u32, f32)],
+        n_vocab: usize,
+        first_non_finite: Option<(u32, f32)>,
+    ) -> Result<u32, SamplingError> {
+        if n_vocab == 0 {
+            return Err(SamplingError::EmptyLogits);
+        }
+        if u32::try_from(n_vocab - 1).is_err() {
+            return Err(SamplingError::VocabTooLarge { len: n_vocab });
+        }
+        if let Some((index, value)) = first_non_finite {
+            return Err(SamplingError::NonFiniteLogit {
+                index: index as usize,
+                value,
+            });
+        }
+        let need = self.top_needed(n_vocab);
+        let Some(k) = need.filter(|&k| top.len() >= k) else {
+            return Err(SamplingError::TooFewCandidates {
+                given: top.len(),
+                needed: need,
+            });
+        };
+        if self.params.temperature <= 0.0 {
+            return Ok(top[0].0);
+        }
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(top[..k].iter().map(|&(id, logit)| Candidate { id, logit }));
+        let mut sorted = true;
+        top_p(cands, self.params.top_p, &mut sorted);
+        min_p(cands, self.params.min_p, sorted);
         let u = unit_f64(&mut self.rng);
         Ok(draw(
             &self.candidates,
@@ -606,6 +674,99 @@ mod tests {
         let mut b = rng_from_seed(42);
         assert_eq!(first, b.next_u64());
         assert_ne!(first, rng_from_seed(43).next_u64());
+    }
+
+    /// A row's k largest logits in the sampler's order, by a full sort.
+    fn top_by_sort(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+        let mut all: Vec<Candidate> = row
+            .iter()
+            .enumerate()
+            .map(|(i, &logit)| Candidate {
+                id: i as u32,
+                logit,
+            })
+            .collect();
+        all.sort_by(by_logit_desc);
+        all.iter().take(k).map(|c| (c.id, c.logit)).collect()
+    }
+
+    #[test]
+    fn sampling_from_the_top_is_sampling_from_the_row() {
+        let cases = [
+            (0.0, 40, 0.95, 0.05),
+            (0.8, 40, 0.95, 0.05),
+            (1.0, 1, 1.0, 0.0),
+            (1.3, 64, 0.5, 0.0),
+            (0.7, 7, 1.0, 0.2),
+            (2.0, 64, 0.99, 0.0),
+        ];
+        for (ci, &(temperature, top_k, top_p, min_p)) in cases.iter().enumerate() {
+            let params = SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                seed: 17 + ci as u64,
+                ..SamplingParams::default()
+            };
+            let mut full = Sampler::new(params.clone()).unwrap();
+            let mut from_top = Sampler::new(params).unwrap();
+            for step in 0..200u64 {
+                let n = [100, 1000, 20_000][(step % 3) as usize];
+                let mut row = pseudo_logits(n, step * 31 + ci as u64, 12.0);
+                // Ties, and both zeros, in every row.
+                for v in row.iter_mut().step_by(3) {
+                    *v = (*v * 2.0).round() / 2.0;
+                }
+                row[1] = -0.0;
+                let k = from_top.top_needed(n).unwrap();
+                let top = top_by_sort(&row, k);
+                let a = full.sample(&row, &[]).unwrap();
+                let b = from_top.sample_from_top(&top, n, None).unwrap();
+                assert_eq!(a, b, "case {ci}, step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn sampling_from_the_top_refuses_what_it_cannot_do() {
+        let mut p = Sampler::new(SamplingParams {
+            repeat_penalty: 1.1,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(p.top_needed(1000), None);
+        assert!(matches!(
+            p.sample_from_top(&[(0, 1.0)], 1000, None),
+            Err(SamplingError::TooFewCandidates { needed: None, .. })
+        ));
+        let mut s = Sampler::new(SamplingParams {
+            top_k: 40,
+            temperature: 0.8,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(s.top_needed(1000), Some(40));
+        assert_eq!(s.top_needed(40), None);
+        assert!(matches!(
+            s.sample_from_top(&[(0, 1.0)], 1000, None),
+            Err(SamplingError::TooFewCandidates {
+                given: 1,
+                needed: Some(40)
+            })
+        ));
+        assert_eq!(
+            s.sample_from_top(&[], 1000, Some((5, f32::NAN)))
+                .map_err(|e| matches!(e, SamplingError::NonFiniteLogit { index: 5, .. })),
+            Err(true)
+        );
+        let off = Sampler::new(SamplingParams {
+            top_k: 0,
+            temperature: 0.8,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(off.top_needed(1000), None);
     }
 
     #[test]

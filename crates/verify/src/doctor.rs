@@ -622,6 +622,7 @@ fn generation_check(d: &mut Doctor, file: &GgufFile, t: &Tokenizer, opts: &Docto
             watch: true,
             ..MonitorConfig::default()
         },
+        full_logits: false,
     };
     match generate_with(&mut engine, t, &ids, &params, &gopts, |_| {}) {
         Ok(out) => {

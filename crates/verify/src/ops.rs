@@ -18,7 +18,7 @@ use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
     Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
-    QkvIn, RopeParams, RopeStyle, Taps, WeightView,
+    LogitsOut, LogitsSummary, QkvIn, RopeParams, RopeStyle, StepOut, Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
 use serde::Serialize;
@@ -31,6 +31,19 @@ use crate::isolate::{
 };
 use crate::metrics::{compare, Metrics};
 use crate::taps::TapFilter;
+
+/// The rows of a `logits_top` case.
+#[derive(Clone, Copy, Debug)]
+enum TopRows {
+    /// Normal values.
+    Spread,
+    /// Few distinct values, both zeros.
+    Ties,
+    /// Every value the same.
+    Flat,
+    /// NaNs and infinities in some rows.
+    NonFinite,
+}
 
 /// One op on one shape.
 #[derive(Clone, Debug, Serialize)]
@@ -307,6 +320,117 @@ impl<'b, B: Backend> Harness<'b, B> {
             pass: false,
             note: why,
             unsupported,
+        });
+    }
+
+    /// `logits_out(Top(k))` on rows of `vocab` logits against [`LogitsSummary::of_row`]: the
+    /// same ids and values bit for bit, the same non-finite counts and first index; the
+    /// entropy (summed in another order) within 1e-9 relative.
+    fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows) {
+        if !self.wants("logits_top", "-") {
+            return;
+        }
+        let shape = format!("{rows}x{vocab} k={k} {kind:?}");
+        let mut data: Vec<f32> = (0..rows * vocab).map(|_| self.rng.normal(4.0)).collect();
+        match kind {
+            TopRows::Spread => {}
+            // Few distinct values: long runs of ties, broken by id; both zeros.
+            TopRows::Ties => {
+                for (i, v) in data.iter_mut().enumerate() {
+                    *v = (*v * 0.5).round();
+                    if *v == 0.0 && i % 2 == 1 {
+                        *v = -0.0;
+                    }
+                }
+            }
+            TopRows::Flat => data.iter_mut().for_each(|v| *v = 1.5),
+            TopRows::NonFinite => {
+                // Row 0 clean, row 1 a NaN and an infinity, row 2 only an infinity.
+                let at = |r: usize, i: usize| r * vocab + i;
+                data[at(1, vocab - 3)] = f32::NAN;
+                data[at(1, 17)] = f32::NEG_INFINITY;
+                data[at(2, vocab / 2)] = f32::INFINITY;
+            }
+        }
+        let (t, host) = match self.upload(rows, vocab, &data) {
+            Ok(x) => x,
+            Err(e) => return self.error("logits_top", shape, "-", e.to_string(), false),
+        };
+        let want: Vec<LogitsSummary> = (0..rows)
+            .map(|r| LogitsSummary::of_row(host.row(r), k))
+            .collect();
+        let got = match self.b.logits_out(&t, LogitsOut::Top(k)) {
+            Ok(StepOut::Top(g)) => g,
+            Ok(StepOut::Full(_)) => {
+                return self.error(
+                    "logits_top",
+                    shape,
+                    "-",
+                    "full logits returned".into(),
+                    false,
+                )
+            }
+            Err(e) => return self.error("logits_top", shape, "-", e.to_string(), false),
+        };
+        let mut why = Vec::new();
+        if got.len() != want.len() {
+            why.push(format!("{} rows, expected {}", got.len(), want.len()));
+        }
+        let (mut ev, mut gv) = (Vec::new(), Vec::new());
+        for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+            let bits = |t: &[(u32, f32)]| -> Vec<(u32, u32)> {
+                t.iter().map(|&(i, v)| (i, v.to_bits())).collect()
+            };
+            if bits(&g.top) != bits(&w.top) {
+                let first = g
+                    .top
+                    .iter()
+                    .zip(&w.top)
+                    .position(|(a, b)| a.0 != b.0 || a.1.to_bits() != b.1.to_bits());
+                why.push(format!(
+                    "row {r}: top differs ({} of {} entries; first at rank {first:?})",
+                    g.top.len(),
+                    w.top.len()
+                ));
+            }
+            let nf = |s: &LogitsSummary| {
+                (
+                    s.n_vocab,
+                    s.non_finite,
+                    s.nan,
+                    s.first_non_finite.map(|f| (f.0, f.1.to_bits())),
+                )
+            };
+            if nf(g) != nf(w) {
+                why.push(format!("row {r}: counts {:?}, expected {:?}", nf(g), nf(w)));
+            }
+            let rel = (g.entropy - w.entropy).abs() / w.entropy.abs().max(1e-300);
+            if !(g.entropy == w.entropy || rel <= 1e-9) {
+                why.push(format!("row {r}: entropy {} vs {}", g.entropy, w.entropy));
+            }
+            ev.extend(w.top.iter().map(|t| t.1));
+            gv.extend(g.top.iter().map(|t| t.1));
+            ev.push(w.entropy as f32);
+            gv.push(g.entropy as f32);
+        }
+        let metrics = if ev.len() == gv.len() {
+            compare(&ev, &gv)
+        } else {
+            Metrics::broken(ev.len())
+        };
+        let guards = self.b.guard_violations();
+        if !guards.is_empty() {
+            why.push(format!("out-of-bounds write: {}", guards.join("; ")));
+        }
+        self.cases.push(OpCase {
+            op: "logits_top".into(),
+            shape,
+            ty: "-".into(),
+            metrics,
+            bound: 0.0,
+            pass: why.is_empty(),
+            note: why.join("; "),
+            unsupported: false,
         });
     }
 
@@ -1277,6 +1401,19 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         for c in cases {
             h.attention_case(c, kv_f16);
         }
+    }
+    // Logits reduced to their largest entries (cuda: on the device). Last too.
+    for (rows, vocab, k, kind) in [
+        (1usize, 49152usize, 1usize, TopRows::Spread),
+        (1, 49152, 40, TopRows::Spread),
+        (3, 262144, 64, TopRows::Spread),
+        (2, 32000, 7, TopRows::Ties),
+        (2, 1000, 64, TopRows::Ties),
+        (1, 100, 64, TopRows::Spread),
+        (2, 5000, 3, TopRows::Flat),
+        (3, 20000, 40, TopRows::NonFinite),
+    ] {
+        h.logits_top_case(rows, vocab, k, kind);
     }
     OpsReport {
         backend: name.to_string(),

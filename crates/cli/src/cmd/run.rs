@@ -109,6 +109,12 @@ pub struct RunArgs {
     /// Turn the generation monitors off.
     #[arg(long, conflicts_with = "watch")]
     pub no_monitors: bool,
+    /// Copy each step's whole logits row to the host and sample there. By default, when the
+    /// sampler needs only the largest logits (greedy, or top-k up to 64 without penalties),
+    /// the backend reduces the row where it computed it (on a GPU, only those cross to the
+    /// host); the tokens are the same either way.
+    #[arg(long)]
+    pub full_logits: bool,
 }
 
 #[derive(Args, Debug)]
@@ -225,6 +231,7 @@ fn run_on<B: Backend>(args: &RunArgs, prompt: &str, s: &mut Session<B>) -> Resul
             watch: args.watch,
             ..Default::default()
         },
+        full_logits: args.full_logits,
     };
     let res = lockstep_engine::generate_with(engine, tokenizer, &ids, &params, &gopts, |t| {
         let _ = write!(out, "{t}");

@@ -1,0 +1,171 @@
+//! What a step hands back from its logits rows: the rows themselves, or, reduced where the
+//! logits live, their `k` largest entries and the statistics the generation monitors read.
+//!
+//! On a GPU a vocabulary-wide row is 0.2 to 1 MiB per token; sampling with top-k (and greedy
+//! decoding, top-1) needs only the k largest logits in the sampler's order, so with
+//! [`LogitsOut::Top`] the backend reduces every row on the device and only a few hundred
+//! bytes cross to the host. [`LogitsSummary::of_row`] is the definition every backend's
+//! reduction must match: the same ids and values, bit for bit, and the same counts.
+
+use std::cmp::Ordering;
+
+/// What the caller wants from a step's output rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsOut {
+    /// Every output row's logits, on the host.
+    Full,
+    /// Per output row, a [`LogitsSummary`] with the `k` largest logits (`k >= 1`).
+    Top(usize),
+}
+
+/// A step's result, as asked by [`LogitsOut`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepOut {
+    Full(crate::HostTensor),
+    Top(Vec<LogitsSummary>),
+}
+
+/// One logits row, reduced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogitsSummary {
+    /// The `k` largest logits (fewer when the row is shorter) with their ids: descending by
+    /// value, ties broken by the lower id (the sampler's order). Meaningless when the row has
+    /// non-finite values (`non_finite > 0`).
+    pub top: Vec<(u32, f32)>,
+    /// The row's length.
+    pub n_vocab: usize,
+    /// Non-finite logits (NaN or ±inf), and how many of them are NaN.
+    pub non_finite: usize,
+    pub nan: usize,
+    /// The first non-finite logit: its index and value.
+    pub first_non_finite: Option<(u32, f32)>,
+    /// Entropy of softmax(row) in nats; 0 when the row has non-finite values. Backends may
+    /// compute it in another order or precision (it feeds the flat-logits monitor, never a
+    /// token choice).
+    pub entropy: f64,
+}
+
+/// The sort key of the sampler's order: a larger key is a larger logit, or the same logit
+/// with a lower id. `-0.0` and `+0.0` are one value, as in `f32::partial_cmp`.
+pub fn top_key(id: u32, logit: f32) -> u64 {
+    let bits = if logit == 0.0 { 0 } else { logit.to_bits() };
+    let ordered = if bits & 0x8000_0000 != 0 {
+        !bits
+    } else {
+        bits | 0x8000_0000
+    };
+    (u64::from(ordered) << 32) | u64::from(u32::MAX - id)
+}
+
+impl LogitsSummary {
+    /// The reference reduction of `row` with the `k` largest logits (`k == 0`: statistics only).
+    pub fn of_row(row: &[f32], k: usize) -> LogitsSummary {
+        let mut non_finite = 0;
+        let mut nan = 0;
+        let mut first_non_finite = None;
+        for (i, &v) in row.iter().enumerate() {
+            if !v.is_finite() {
+                non_finite += 1;
+                nan += usize::from(v.is_nan());
+                if first_non_finite.is_none() {
+                    first_non_finite = Some((i as u32, v));
+                }
+            }
+        }
+        let mut entropy = 0.0;
+        let mut top = Vec::new();
+        if non_finite == 0 && !row.is_empty() {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let (mut z, mut s) = (0f64, 0f64);
+            for &v in row {
+                let d = f64::from(v) - f64::from(max);
+                let e = d.exp();
+                z += e;
+                s += e * d;
+            }
+            // H = log Z - E[d]
+            entropy = z.ln() - s / z;
+            if k > 0 {
+                let mut all: Vec<(u32, f32)> = row
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (i as u32, v))
+                    .collect();
+                let by_key = |a: &(u32, f32), b: &(u32, f32)| -> Ordering {
+                    top_key(b.0, b.1).cmp(&top_key(a.0, a.1))
+                };
+                if k < all.len() {
+                    all.select_nth_unstable_by(k - 1, by_key);
+                    all.truncate(k);
+                }
+                all.sort_unstable_by(by_key);
+                top = all;
+            }
+        }
+        LogitsSummary {
+            top,
+            n_vocab: row.len(),
+            non_finite,
+            nan,
+            first_non_finite,
+            entropy,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_is_the_sampler_order() {
+        let row = [1.0, 3.0, -0.0, 3.0, 0.0, -2.5, 7.0, -1e30];
+        let s = LogitsSummary::of_row(&row, 5);
+        assert_eq!(
+            s.top,
+            vec![(6, 7.0), (1, 3.0), (3, 3.0), (0, 1.0), (2, -0.0)]
+        );
+        assert_eq!(s.non_finite, 0);
+        let all = LogitsSummary::of_row(&row, 100);
+        assert_eq!(all.top.len(), row.len());
+        assert_eq!(all.top[7], (7, -1e30));
+        // -0.0 and 0.0 tie: the lower id first.
+        assert_eq!(&all.top[4..6], &[(2, -0.0), (4, 0.0)]);
+    }
+
+    #[test]
+    fn keys_order_like_the_values() {
+        let vals = [
+            f32::MIN,
+            -1.0,
+            -f32::MIN_POSITIVE,
+            0.0,
+            1e-45,
+            0.5,
+            f32::MAX,
+        ];
+        for w in vals.windows(2) {
+            assert!(top_key(0, w[0]) < top_key(0, w[1]), "{} < {}", w[0], w[1]);
+        }
+        assert!(top_key(3, 1.0) > top_key(4, 1.0));
+        assert_eq!(top_key(3, -0.0), top_key(3, 0.0));
+    }
+
+    #[test]
+    fn non_finite_rows_are_counted_not_ranked() {
+        let s = LogitsSummary::of_row(&[0.0, f32::NAN, f32::INFINITY, 1.0, f32::NAN], 2);
+        assert_eq!((s.non_finite, s.nan), (3, 2));
+        assert_eq!(s.first_non_finite.map(|f| f.0), Some(1));
+        assert!(s.top.is_empty());
+        assert_eq!(s.entropy, 0.0);
+    }
+
+    #[test]
+    fn entropy_of_uniform_and_peaked_rows() {
+        let s = LogitsSummary::of_row(&[2.0; 8], 1);
+        assert!((s.entropy - 8f64.ln()).abs() < 1e-12);
+        assert_eq!(s.top, vec![(0, 2.0)]);
+        let p = LogitsSummary::of_row(&[0.0, 100.0, 0.0], 1);
+        assert!(p.entropy >= 0.0 && p.entropy < 1e-30);
+    }
+}
