@@ -165,6 +165,10 @@ pub struct LoadRequest {
     pub seed: u64,
     pub max_tokens: usize,
     pub temperature: f32,
+    /// Ask for each token's logprob. Without, the server may reduce logits rows to the
+    /// sampler's top-k where it computes them; the output is then counted from the usage
+    /// report and the inter-token gaps from the chunks that carry text.
+    pub logprobs: bool,
 }
 
 /// What one streamed completion produced.
@@ -195,18 +199,20 @@ pub async fn stream_completion(
     r: &LoadRequest,
     timeout: Duration,
 ) -> Result<std::result::Result<(Streamed, Timing), (u16, String)>> {
-    let body = json!({
+    let mut body = json!({
         "model": model,
         "prompt": r.prompt,
         "max_tokens": r.max_tokens,
         "temperature": r.temperature,
         "seed": r.seed,
         "ignore_eos": true,
-        "logprobs": 0,
         "stream": true,
         "stream_options": {"include_usage": true},
-    })
-    .to_string();
+    });
+    if r.logprobs {
+        body["logprobs"] = json!(0);
+    }
+    let body = body.to_string();
     let start = Instant::now();
     let reply = request(
         addr,
@@ -245,7 +251,9 @@ pub async fn stream_completion(
             }
             let lp = &c["logprobs"];
             let toks = lp["tokens"].as_array().cloned().unwrap_or_default();
-            if !toks.is_empty() {
+            if !toks.is_empty()
+                || (!r.logprobs && c["text"].as_str().is_some_and(|x| !x.is_empty()))
+            {
                 token_times.push(*t);
             }
             for (tok, l) in toks
@@ -270,13 +278,18 @@ pub async fn stream_completion(
         .windows(2)
         .map(|w| w[1].duration_since(w[0]))
         .collect();
+    let n_output = if r.logprobs {
+        out.tokens.len()
+    } else {
+        out.n_completion.map_or(0, |n| n as usize)
+    };
     Ok(Ok((
         out.clone(),
         Timing {
             ttft,
             e2e,
             itl,
-            n_output: out.tokens.len(),
+            n_output,
         },
     )))
 }
@@ -515,6 +528,7 @@ pub fn synthetic_requests(n: usize, distinct: usize, max_tokens: usize) -> Vec<L
                 seed: k as u64,
                 max_tokens,
                 temperature: 0.8,
+                logprobs: true,
             }
         })
         .collect()
@@ -545,8 +559,10 @@ pub async fn check_against_solo(
     }
     // Distinct requests must give distinct outputs, or a cross-wired stream could pass.
     let mut texts: Vec<&Streamed> = solo.values().collect();
-    texts.sort_by(|a, b| a.logprob_bits.cmp(&b.logprob_bits));
-    texts.dedup_by(|a, b| a.logprob_bits == b.logprob_bits && a.tokens == b.tokens);
+    texts.sort_by(|a, b| (&a.logprob_bits, &a.text).cmp(&(&b.logprob_bits, &b.text)));
+    texts.dedup_by(|a, b| {
+        a.logprob_bits == b.logprob_bits && a.tokens == b.tokens && a.text == b.text
+    });
     if texts.len() != solo.len() {
         bail!("some distinct requests produced identical outputs; the check would be blind");
     }
@@ -565,8 +581,12 @@ pub async fn check_against_solo(
         let want = &solo[&(r.prompt.clone(), r.seed)];
         match o {
             Ok((got, _)) if got == want => {
-                if got.tokens.len() != r.max_tokens || got.n_completion != Some(r.max_tokens as u64)
-                {
+                let n = if r.logprobs {
+                    got.tokens.len()
+                } else {
+                    r.max_tokens
+                };
+                if n != r.max_tokens || got.n_completion != Some(r.max_tokens as u64) {
                     problems.push(format!(
                         "request {i}: {} tokens, usage {:?}, asked {}",
                         got.tokens.len(),

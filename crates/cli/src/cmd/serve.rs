@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// Worker threads of the cpu backend (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Take every logits row to the host whole. By default, a step whose requests' samplers
+    /// need only the largest logits (no penalties, logit bias or logprobs) has its rows
+    /// reduced where they were computed (on a GPU only those cross); the tokens are the same.
+    #[arg(long)]
+    pub full_logits: bool,
 }
 
 fn scheduler<B: Backend>(
@@ -126,6 +131,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         template,
     };
     let (ctx, cache, prefix) = (args.ctx, args.cache_tokens, !args.no_prefix_cache);
+    let full_logits = args.full_logits;
     eprintln!(
         "loading {} on the {} backend ...",
         path.display(),
@@ -145,6 +151,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                         sched_cfg,
                         tokenizer,
                     )
+                    .map(|mut s| {
+                        s.set_full_logits(full_logits);
+                        s
+                    })
                 },
                 served,
                 cfg,
@@ -210,6 +220,10 @@ pub struct LoadgenArgs {
     /// Run each distinct request alone first and check every response against it.
     #[arg(long)]
     pub check: bool,
+    /// Ask for no logprobs (the server may then reduce logits on the GPU; `--check` compares
+    /// texts only).
+    #[arg(long)]
+    pub no_logprobs: bool,
     /// Goodput SLOs in milliseconds.
     #[arg(long)]
     pub slo_ttft_ms: Option<u64>,
@@ -256,7 +270,10 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
         }
         for &c in &args.concurrency {
             let n = args.requests.unwrap_or((4 * c).max(16));
-            let reqs = loadgen::synthetic_requests(n, args.distinct, args.max_tokens);
+            let mut reqs = loadgen::synthetic_requests(n, args.distinct, args.max_tokens);
+            for r in &mut reqs {
+                r.logprobs = !args.no_logprobs;
+            }
             let limit = Duration::from_secs(args.time_limit);
             let report = if args.check {
                 loadgen::check_against_solo(args.addr, &args.model, &reqs, c, limit).await?
