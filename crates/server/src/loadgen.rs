@@ -169,6 +169,8 @@ pub struct LoadRequest {
     /// sampler's top-k where it computes them; the output is then counted from the usage
     /// report and the inter-token gaps from the chunks that carry text.
     pub logprobs: bool,
+    /// `top_k` to send (OpenAI's API has none: sampling then draws from the whole row).
+    pub top_k: Option<usize>,
 }
 
 /// What one streamed completion produced.
@@ -211,6 +213,9 @@ pub async fn stream_completion(
     });
     if r.logprobs {
         body["logprobs"] = json!(0);
+    }
+    if let Some(k) = r.top_k {
+        body["top_k"] = json!(k);
     }
     let body = body.to_string();
     let start = Instant::now();
@@ -529,6 +534,7 @@ pub fn synthetic_requests(n: usize, distinct: usize, max_tokens: usize) -> Vec<L
                 max_tokens,
                 temperature: 0.8,
                 logprobs: true,
+                top_k: None,
             }
         })
         .collect()

@@ -224,6 +224,9 @@ pub struct LoadgenArgs {
     /// texts only).
     #[arg(long)]
     pub no_logprobs: bool,
+    /// Send this `top_k` with every request (by default none: the whole row is sampled).
+    #[arg(long)]
+    pub top_k: Option<usize>,
     /// Goodput SLOs in milliseconds.
     #[arg(long)]
     pub slo_ttft_ms: Option<u64>,
@@ -273,6 +276,7 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
             let mut reqs = loadgen::synthetic_requests(n, args.distinct, args.max_tokens);
             for r in &mut reqs {
                 r.logprobs = !args.no_logprobs;
+                r.top_k = args.top_k;
             }
             let limit = Duration::from_secs(args.time_limit);
             let report = if args.check {
