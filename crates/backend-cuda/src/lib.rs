@@ -455,6 +455,21 @@ pub struct CudaBackend {
     guards: Option<GuardBook>,
 }
 
+/// The int8 values (the first `len` bytes) and the block table (the rest) of the quantization
+/// buffer a kernel is about to write, as its two pointer arguments; `None` when the op does not
+/// quantize its output (`q8` not taken).
+fn q8_parts<'a>(
+    q8: &'a mut Option<std::cell::RefMut<'_, Option<CudaSlice<u8>>>>,
+    len: usize,
+) -> Option<(
+    cudarc::driver::CudaViewMut<'a, u8>,
+    cudarc::driver::CudaViewMut<'a, u8>,
+)> {
+    q8.as_mut()
+        .and_then(|b| b.as_mut())
+        .map(|b| b.split_at_mut(len))
+}
+
 /// Canary words on each side of a guarded output, and their value: a NaN with a payload no
 /// kernel produces, compared by bits (so an output a kernel leaves unwritten reads as NaN).
 const GUARD_WORDS: usize = 64;
@@ -2354,10 +2369,7 @@ impl Backend for CudaBackend {
             let null = 0u64;
             let nk = x.rows * x.cols;
             let mut q8 = quant.then(|| self.q8_room(x.rows, x.cols));
-            let mut parts = q8
-                .as_mut()
-                .and_then(|b| b.as_mut())
-                .map(|b| b.split_at_mut(nk));
+            let mut parts = q8_parts(&mut q8, nk);
             let mut b = self.stream.launch_builder(&self.k.rms_norm);
             b.arg(x.buf()).arg(v).arg(&mut out).arg(&gi).arg(&eps);
             match parts.as_mut() {
@@ -2403,10 +2415,7 @@ impl Backend for CudaBackend {
             let gi = k as i32;
             let null = 0u64;
             let mut q8 = quant.then(|| self.q8_room(n, k));
-            let mut parts = q8
-                .as_mut()
-                .and_then(|b| b.as_mut())
-                .map(|b| b.split_at_mut(n * k));
+            let mut parts = q8_parts(&mut q8, n * k);
             let mut l = self.stream.launch_builder(&self.k.residual_norm);
             l.arg(a.buf()).arg(b.buf());
             match post {
@@ -2879,10 +2888,7 @@ impl Backend for CudaBackend {
                 unsafe { b.launch(cfg) }
                     .map_err(|e| BackendError::Other(format!("cuda attention_split: {e}")))?;
                 let null = 0u64;
-                let mut parts = q8
-                    .as_mut()
-                    .and_then(|b| b.as_mut())
-                    .map(|b| b.split_at_mut(q.rows * q_dim));
+                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
                 let mut b = self.stream.launch_builder(&self.k.attention_combine);
                 b.arg(&*part).arg(&mut out).arg(&nh).arg(&hdi).arg(&spans);
                 match parts.as_mut() {
@@ -2941,10 +2947,7 @@ impl Backend for CudaBackend {
                     tile.chunk as i32,
                 );
                 let null = 0u64;
-                let mut parts = q8
-                    .as_mut()
-                    .and_then(|b| b.as_mut())
-                    .map(|b| b.split_at_mut(q.rows * q_dim));
+                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
                 let cfg = if row_kernel {
                     LaunchConfig {
                         grid_dim: (q.rows as u32, p.n_heads as u32, 1),
