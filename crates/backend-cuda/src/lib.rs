@@ -444,8 +444,10 @@ pub struct CudaBackend {
     programmatic: bool,
     steps: RefCell<Steps>,
     scores: RefCell<Option<Scores>>,
-    /// The logits reduction's buffers (`top_on_device`).
+    /// The logits reduction's buffers (`top_on_device`), and whether it runs on the device
+    /// (`LOCKSTEP_CUDA_TOPK=host`: the host's reduction, for comparisons).
     top: RefCell<Option<TopScratch>>,
+    reduce_on_device: bool,
     /// Page-locked staging for copies to the host (`host_f32`).
     pinned: RefCell<Option<cudarc::driver::PinnedHostSlice<f32>>>,
     pool: Arc<Mutex<Pool>>,
@@ -744,6 +746,7 @@ impl CudaBackend {
             kernel_origin,
             programmatic: maj >= 9 && graph_exec::pdl_enabled(),
             top: RefCell::new(None),
+            reduce_on_device: std::env::var("LOCKSTEP_CUDA_TOPK").map_or(true, |v| v != "host"),
             steps: RefCell::new(Steps {
                 enabled: opts.step_graphs
                     && std::env::var_os("LOCKSTEP_CUDA_GRAPHS").is_none_or(|v| v != "0"),
@@ -1031,7 +1034,7 @@ impl CudaBackend {
     fn top_on_device(&self, logits: &CudaTensor, k: usize) -> Option<Vec<LogitsSummary>> {
         let (rows, v) = (logits.rows, logits.cols);
         let (nb, chunk) = plan::top_blocks(v, k)?;
-        if std::env::var("LOCKSTEP_CUDA_TOPK").is_ok_and(|s| s == "host") {
+        if !self.reduce_on_device {
             return None;
         }
         if rows == 0 {
@@ -2072,15 +2075,7 @@ impl Backend for CudaBackend {
                 return Ok(StepOut::Top(rows));
             }
         }
-        let host = self.to_host(logits);
-        Ok(match out {
-            LogitsOut::Full => StepOut::Full(host),
-            LogitsOut::Top(k) => StepOut::Top(
-                (0..host.rows())
-                    .map(|r| LogitsSummary::of_row(host.row(r), k))
-                    .collect(),
-            ),
-        })
+        Ok(StepOut::from_host(self.to_host(logits), out))
     }
 
     fn abandon_step(&self) {

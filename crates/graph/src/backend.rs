@@ -2,7 +2,7 @@
 
 use lockstep_quant::GgmlType;
 
-use crate::{Batch, HostTensor, LogitsOut, LogitsSummary, StepOut, Taps};
+use crate::{Batch, HostTensor, LogitsOut, StepOut, Taps};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -189,18 +189,11 @@ pub trait Backend {
     }
 
     /// The logits rows of `logits` as `out` asks: copied to the host, or reduced to
-    /// [`LogitsSummary`]s. The default reduces on the host; a backend whose logits live
-    /// elsewhere reduces them there ([`LogitsSummary::of_row`] is the definition to match).
+    /// summaries ([`StepOut::from_host`], whose `LogitsSummary::of_row` is the definition to
+    /// match). The default reduces on the host; a backend whose logits live elsewhere reduces
+    /// them there.
     fn logits_out(&self, logits: &Self::Tensor, out: LogitsOut) -> Result<StepOut, BackendError> {
-        let host = self.to_host(logits);
-        Ok(match out {
-            LogitsOut::Full => StepOut::Full(host),
-            LogitsOut::Top(k) => StepOut::Top(
-                (0..host.rows())
-                    .map(|r| LogitsSummary::of_row(host.row(r), k))
-                    .collect(),
-            ),
-        })
+        Ok(StepOut::from_host(self.to_host(logits), out))
     }
 
     /// Ends a step begun by `begin_step` whose forward failed part way.

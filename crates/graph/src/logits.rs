@@ -25,6 +25,21 @@ pub enum StepOut {
     Top(Vec<LogitsSummary>),
 }
 
+impl StepOut {
+    /// `out` made from logits already on the host: the rows themselves, or each reduced by
+    /// [`LogitsSummary::of_row`].
+    pub fn from_host(host: crate::HostTensor, out: LogitsOut) -> StepOut {
+        match out {
+            LogitsOut::Full => StepOut::Full(host),
+            LogitsOut::Top(k) => StepOut::Top(
+                (0..host.rows())
+                    .map(|r| LogitsSummary::of_row(host.row(r), k))
+                    .collect(),
+            ),
+        }
+    }
+}
+
 /// One logits row, reduced.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogitsSummary {
