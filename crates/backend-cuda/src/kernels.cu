@@ -2015,7 +2015,7 @@ __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __
     }
 }
 
-template <int TY, bool PAIR>
+template <int TY, bool PAIR, bool ONE>
 __device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* __restrict__ W2,
                                            const signed char* __restrict__ xq,
                                            const Q8Blk* __restrict__ xd, float* __restrict__ y,
@@ -2024,7 +2024,7 @@ __device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* _
 
 // One warp per weight row (blockDim.x / 32 rows per block, grid.x over rows); grid.y strides
 // over tiles of 8 activation rows. A tile short of 8 rows (only the last) runs as 4 + 2 + 1.
-template <int TY, bool PAIR>
+template <int TY, bool PAIR, bool ONE>
 __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8* __restrict__ W2,
                                               const signed char* __restrict__ xq,
                                               const Q8Blk* __restrict__ xd, float* __restrict__ y,
@@ -2032,16 +2032,20 @@ __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8
                                               int k, int m, int act, double cgelu) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= m) return;  // a whole warp leaves together: the shuffles stay full-warp
-    fast_tiles<TY, PAIR>(W, W2, xq, xd, y, y2, y3, n, k, m, r, act, cgelu);
+    fast_tiles<TY, PAIR, ONE>(W, W2, xq, xd, y, y2, y3, n, k, m, r, act, cgelu);
 }
 
 // Weight row r against every activation row, in tiles (see mmv_fast_body).
-template <int TY, bool PAIR>
+template <int TY, bool PAIR, bool ONE>
 __device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* __restrict__ W2,
                                            const signed char* __restrict__ xq,
                                            const Q8Blk* __restrict__ xd, float* __restrict__ y,
                                            float* __restrict__ y2, float* __restrict__ y3, int n,
                                            int k, int m, int r, int act, double cgelu) {
+    if constexpr (ONE) {
+        fast_rows<TY, 1, PAIR>(W, W2, xq, xd, y, y2, y3, 0, k, m, r, act, cgelu);
+        return;
+    }
     for (int t0 = blockIdx.y * 8; t0 < n; t0 += gridDim.y * 8) {
         int nt = min(8, n - t0), t = t0;
         if (nt == 8) {
@@ -2063,7 +2067,7 @@ __device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* _
 // Up to three weights of one type and row length against the same activations in one launch
 // (q, k and v): grid.x runs over the rows of all three, each warp takes its row of its weight
 // and does exactly what mmv_fast_<id> does for that row.
-template <int TY>
+template <int TY, bool ONE>
 __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const u8* __restrict__ W1,
                                                const u8* __restrict__ W2,
                                                const signed char* __restrict__ xq,
@@ -2071,34 +2075,42 @@ __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const 
                                                float* y2, int n, int k, int m0, int m1, int m2) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r < m0) {
-        fast_tiles<TY, false>(W0, nullptr, xq, xd, y0, nullptr, nullptr, n, k, m0, r, 0, 0.0);
+        fast_tiles<TY, false, ONE>(W0, nullptr, xq, xd, y0, nullptr, nullptr, n, k, m0, r, 0, 0.0);
     } else if (r < m0 + m1) {
-        fast_tiles<TY, false>(W1, nullptr, xq, xd, y1, nullptr, nullptr, n, k, m1, r - m0, 0, 0.0);
+        fast_tiles<TY, false, ONE>(W1, nullptr, xq, xd, y1, nullptr, nullptr, n, k, m1, r - m0, 0, 0.0);
     } else if (r < m0 + m1 + m2) {
-        fast_tiles<TY, false>(W2, nullptr, xq, xd, y2, nullptr, nullptr, n, k, m2, r - m0 - m1, 0,
+        fast_tiles<TY, false, ONE>(W2, nullptr, xq, xd, y2, nullptr, nullptr, n, k, m2, r - m0 - m1, 0,
                               0.0);
     }
 }
 
 // Per type with a fast kernel: mmv_fast_<id> (matmul) and gate_up_fast_<id> (the fused
 // gate/up/activation: one warp per row of each weight, the same activation rows).
-#define FAST_FOR(TY)                                                                            \
+#define FAST_KERNELS(TY, NAME, ONE)                                                             \
     extern "C" __global__ void __launch_bounds__(128)                                           \
-        mmv_fast_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,     \
-                      int k, int m) { GRID_ENTER();                                                           \
-        mmv_fast_body<TY, false>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);     \
+        mmv_##NAME##_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n, \
+                          int k, int m) {                                                       \
+        GRID_ENTER();                                                                           \
+        mmv_fast_body<TY, false, ONE>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);\
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
-        gate_up_fast_##TY(const u8* Wg, const u8* Wu, const signed char* xq, const Q8Blk* xd,   \
-                          float* g, float* u, float* a, int n, int k, int m, int act, double c) { GRID_ENTER();\
-        mmv_fast_body<TY, true>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                      \
+        gate_up_##NAME##_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                \
+                              const Q8Blk* xd, float* g, float* u, float* a, int n, int k,      \
+                              int m, int act, double c) {                                       \
+        GRID_ENTER();                                                                           \
+        mmv_fast_body<TY, true, ONE>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                 \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
-        mmv3_fast_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,         \
-                       const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k, int m0,  \
-                       int m1, int m2) { GRID_ENTER();                                                        \
-        mmv3_fast_body<TY>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);                   \
+        mmv3_##NAME##_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,     \
+                           const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,      \
+                           int m0, int m1, int m2) {                                            \
+        GRID_ENTER();                                                                           \
+        mmv3_fast_body<TY, ONE>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);              \
     }
+// The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the
+// tile paths: the 8-row tiles' registers would otherwise set the occupancy of every launch.
+// Same per-row arithmetic, so a row's result does not depend on which of the two ran.
+#define FAST_FOR(TY) FAST_KERNELS(TY, fast, false) FAST_KERNELS(TY, fast1, true)
 FAST_FOR(2)
 FAST_FOR(3)
 FAST_FOR(6)

@@ -255,10 +255,10 @@ struct Kernels {
     dequant_rows_f16: CudaFunction,
     /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
     /// gate/up/activation; the activation quantizer and its values for the other types.
-    fast_mm: Vec<(i32, CudaFunction)>,
-    fast_gu: Vec<(i32, CudaFunction)>,
+    fast_mm: Vec<(i32, FastPair)>,
+    fast_gu: Vec<(i32, FastPair)>,
     /// Per type with a fast kernel: up to three weights (q, k, v) in one launch.
-    fast_mm3: Vec<(i32, CudaFunction)>,
+    fast_mm3: Vec<(i32, FastPair)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
@@ -268,6 +268,24 @@ struct Kernels {
 
 /// The logits reduction's buffers, grown on demand: pass 1's keys, statistics and counts,
 /// and the words that go to the host.
+/// One fast kernel in its two builds: `_fast` (tiles of activation rows) and `_fast1` (one
+/// row, decode; compiled without the tile paths, so their registers do not cap its occupancy).
+/// Both do the same per-row arithmetic.
+struct FastPair {
+    tiles: CudaFunction,
+    one_row: CudaFunction,
+}
+
+impl FastPair {
+    fn for_rows(&self, n: usize) -> &CudaFunction {
+        if n == 1 {
+            &self.one_row
+        } else {
+            &self.tiles
+        }
+    }
+}
+
 struct TopScratch {
     keys: CudaSlice<u64>,
     stats: CudaSlice<f64>,
@@ -641,9 +659,15 @@ impl CudaBackend {
         let mut fast_mm3 = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
-            fast_mm.push((id as i32, f(&format!("mmv_fast_{id}"))?));
-            fast_gu.push((id as i32, f(&format!("gate_up_fast_{id}"))?));
-            fast_mm3.push((id as i32, f(&format!("mmv3_fast_{id}"))?));
+            let pair = |op: &str| -> Result<FastPair, BackendError> {
+                Ok(FastPair {
+                    tiles: f(&format!("{op}_fast_{id}"))?,
+                    one_row: f(&format!("{op}_fast1_{id}"))?,
+                })
+            };
+            fast_mm.push((id as i32, pair("mmv")?));
+            fast_gu.push((id as i32, pair("gate_up")?));
+            fast_mm3.push((id as i32, pair("mmv3")?));
         }
         let attention_tile = f("attention_tile")?;
         let attention_tile_wide = f("attention_tile_wide")?;
@@ -1683,7 +1707,7 @@ impl CudaBackend {
             let (gx, gy) = plan::fast_grid(n, total);
             let (ni, ki) = (n as i32, k as i32);
             let null = 0u64;
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.stream.launch_builder(f.for_rows(n));
             for i in 0..3 {
                 match ws.get(i) {
                     Some(w) => b.arg(&w.data),
@@ -1730,7 +1754,7 @@ impl CudaBackend {
         let (ni, ki, mi) = (n as i32, k as i32, m as i32);
         if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
             let (gx, gy) = plan::fast_grid(n, m);
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.stream.launch_builder(f.for_rows(n));
             b.arg(&w.data)
                 .arg(&qv)
                 .arg(&dv)
@@ -1829,7 +1853,7 @@ impl CudaBackend {
             };
             // act_mul's constant, computed by the same host expression.
             let c = (2.0 / std::f64::consts::PI).sqrt();
-            let mut b = self.stream.launch_builder(f);
+            let mut b = self.stream.launch_builder(f.for_rows(n));
             b.arg(&gate.data)
                 .arg(&up.data)
                 .arg(&qv)
@@ -3150,7 +3174,14 @@ mod tests {
             );
         }
         for &ty in plan::FAST {
-            for name in ["mmv_fast", "gate_up_fast", "mmv3_fast"] {
+            for name in [
+                "mmv_fast",
+                "gate_up_fast",
+                "mmv3_fast",
+                "mmv_fast1",
+                "gate_up_fast1",
+                "mmv3_fast1",
+            ] {
                 assert!(
                     KERNEL_SOURCE.contains(&format!("FAST_FOR({})", ty.id())),
                     "{name} {ty}"
