@@ -6,6 +6,7 @@ std::barrier<>* g_bar;
 std::vector<std::unique_ptr<std::barrier<>>> g_warp_bar;
 std::vector<double> g_shfl;
 unsigned char* g_dyn_smem;
+std::vector<float> g_mma;
 #include "kern.inc"
 #include "run.h"
 #include <cstdio>
@@ -48,7 +49,8 @@ int main(int argc, char** argv) {
             q.first_row = row;
             q.n_rows = U(0, 1) ? U(1, 3) : U(1, 40);
             if (hd >= 256) q.n_rows = std::min(q.n_rows, 12);
-            q.first_pos = U(0, 20);
+            // ATTN_EMU_LONG: contexts past one or two chunks of the flash kernel's 64 keys.
+            q.first_pos = getenv("ATTN_EMU_LONG") ? U(40, 120) : U(0, 20);
             int n_kv = q.first_pos + q.n_rows + U(0, 5);
             std::vector<u32> all(n_slots);
             for (int i = 0; i < n_slots; i++) all[i] = i;
@@ -126,6 +128,49 @@ int main(int argc, char** argv) {
                    same && bad == 0 ? "ok" : "MISMATCH", nb, bad);
             if (!same || bad) fails++;
         }
+        // The isolation bound verify's attention_error_bounds applies to the f32 kernels, against
+        // the row kernel's f64 results: scores within hd u scale sum|q k|, -inf exactly where
+        // the row kernel's are; outputs within (2 max_ds + (2 spread + 2 n + 12) u) sum p|v|.
+        auto within_bounds = [&](int sr, const std::vector<float>& scx, const std::vector<float>& outx,
+                                 size_t& bad_s, size_t& bad_o, double& worst) {
+            const double u = 1.0 / 16777216.0;
+            for (int r = 0; r < sr; r++) {
+                const int* c = &info[r * 5];
+                int n_kv = c[1];
+                for (int h = 0; h < nh; h++) {
+                    int kh = h / group;
+                    size_t off = (size_t)c[3] + (size_t)h * n_kv;
+                    const float* qh = &qv[(size_t)r * q_dim + (size_t)h * hd];
+                    double max_ds = 0.0, smax = -INFINITY, smin = INFINITY, n_vis = 0;
+                    for (int j = 0; j < n_kv; j++) {
+                        float e = sc0[off + j], g = scx[off + j];
+                        if (e == -INFINITY || g == -INFINITY) {
+                            bad_s += memcmp(&e, &g, 4) != 0;
+                            continue;
+                        }
+                        const float* kr = &kc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd];
+                        double a = 0.0;
+                        for (int d = 0; d < hd; d++) a += std::fabs((double)qh[d] * kr[d]);
+                        double tol = hd * u * std::fabs(scale) * a;
+                        bad_s += std::fabs((double)g - e) > tol;
+                        max_ds = std::max(max_ds, tol);
+                        smax = std::max(smax, (double)e);
+                        smin = std::min(smin, (double)e);
+                        n_vis++;
+                    }
+                    double eps = 2 * max_ds + (2 * (n_vis ? smax - smin : 0.0) + 2 * n_vis + 12) * u;
+                    for (int d = 0; d < hd; d++) {
+                        double pv = 0.0;
+                        for (int j = 0; j < n_kv; j++)
+                            pv += pr0[off + j] * std::fabs((double)vc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd + d]);
+                        size_t o = (size_t)r * q_dim + (size_t)h * hd + d;
+                        double err = std::fabs((double)outx[o] - out0[o]), tol = eps * pv;
+                        if (err > tol) bad_o++;
+                        if (tol > 0) worst = std::max(worst, err / tol);
+                    }
+                }
+            }
+        };
         // Split-key kernels (`cuda` decode steps; run here on every row, each independent): f32
         // arithmetic, so held to the isolation bound against the row kernel's f64 results
         // (scores: hd u scale sum|q k|; output: (2 max_ds + (2 spread + 2 n + 12) u) sum p|v|,
@@ -170,49 +215,63 @@ int main(int argc, char** argv) {
                 size_t i = (size_t)sr * q_dim / 2;
                 out3[i] += 1e-3f * std::fabs(out3[i]) + 1e-3f;
             }
-            const double u = 1.0 / 16777216.0;
             size_t bad_s = 0, bad_o = 0;
             double worst = 0.0;
-            for (int r = 0; r < sr; r++) {
-                const int* c = &info[r * 5];
-                int n_kv = c[1];
-                for (int h = 0; h < nh; h++) {
-                    int kh = h / group;
-                    size_t off = (size_t)c[3] + (size_t)h * n_kv;
-                    const float* qh = &qv[(size_t)r * q_dim + (size_t)h * hd];
-                    double max_ds = 0.0, smax = -INFINITY, smin = INFINITY, n_vis = 0;
-                    for (int j = 0; j < n_kv; j++) {
-                        float e = sc0[off + j], g = sc3[off + j];
-                        if (e == -INFINITY || g == -INFINITY) {
-                            bad_s += memcmp(&e, &g, 4) != 0;
-                            continue;
-                        }
-                        const float* kr = &kc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd];
-                        double a = 0.0;
-                        for (int d = 0; d < hd; d++) a += std::fabs((double)qh[d] * kr[d]);
-                        double tol = hd * u * std::fabs(scale) * a;
-                        bad_s += std::fabs((double)g - e) > tol;
-                        max_ds = std::max(max_ds, tol);
-                        smax = std::max(smax, (double)e);
-                        smin = std::min(smin, (double)e);
-                        n_vis++;
-                    }
-                    double eps = 2 * max_ds + (2 * (n_vis ? smax - smin : 0.0) + 2 * n_vis + 12) * u;
-                    for (int d = 0; d < hd; d++) {
-                        double pv = 0.0;
-                        for (int j = 0; j < n_kv; j++)
-                            pv += pr0[off + j] * std::fabs((double)vc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd + d]);
-                        size_t o = (size_t)r * q_dim + (size_t)h * hd + d;
-                        double err = std::fabs((double)out3[o] - out0[o]), tol = eps * pv;
-                        if (err > tol) bad_o++;
-                        if (tol > 0) worst = std::max(worst, err / tol);
-                    }
-                }
-            }
+            within_bounds(sr, sc3, out3, bad_s, bad_o, worst);
             bool ok = bad_s == 0 && bad_o == 0;
             printf("case %d split rows %d spans %d min keys %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s\n", cs,
                    sr, n_spans, min_keys, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
                    quant ? (bad_q ? ", split q8: MISMATCH" : ", split q8: ok") : "");
+            if (!ok) fails++;
+            if (bad_q) fails++;
+        }
+        // Flash prefill kernels (`cuda` prefill steps): TF32 tensor cores with the 3-term split
+        // and an f32 online softmax, held to the same bound on every row; random warps per block
+        // (tiles of 16 warps / group rows, cut into per-sequence runs), output quantization to
+        // the q8 rule.
+        if ((hd == 64 || hd == 128) && group <= 16) {
+            int warps = U(1, 4);
+            while (16 * warps < group) warps++;
+            int tr = 16 * warps / group;
+            size_t smem = (size_t)(2 * 64 + 16 * warps) * (hd + 4) * 4 + 64 * 4;
+            std::vector<float> sc4(n_scores, 3.f), out4(out0.size(), 3.f);
+            std::vector<signed char> q8f(out0.size(), 33);
+            std::vector<Q8Blk> dsf(nb, Q8Blk{-4.f, -4});
+            signed char* fq = quant ? q8f.data() : nullptr;
+            Q8Blk* fd = quant ? dsf.data() : nullptr;
+            launch({(unsigned)((n_rows + tr - 1) / tr), (unsigned)n_kvh, 1}, 32 * warps, smem, [&] {
+                if (hd == 64)
+                    attention_flash_64(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc4.data(),
+                                       out4.data(), base, nh, n_kvh, scale, window, n_rows, tr, fq, fd);
+                else
+                    attention_flash_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc4.data(),
+                                        out4.data(), base, nh, n_kvh, scale, window, n_rows, tr, fq, fd);
+            });
+            size_t bad_q = 0;
+            for (size_t b = 0; quant && b < nb; b++) {
+                float a = 0.f;
+                for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out4[b * 32 + i]));
+                float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                int sum = 0;
+                for (int i = 0; i < 32; i++) {
+                    float r = std::nearbyint(out4[b * 32 + i] * id);
+                    int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
+                    sum += qi;
+                    bad_q += q8f[b * 32 + i] != qi;
+                }
+                bad_q += memcmp(&dsf[b].d, &d, 4) != 0 || dsf[b].s != sum;
+            }
+            if (getenv("ATTN_EMU_PERTURB")) {
+                size_t i = out4.size() / 2;
+                out4[i] += 1e-3f * std::fabs(out4[i]) + 1e-3f;
+            }
+            size_t bad_s = 0, bad_o = 0;
+            double worst = 0.0;
+            within_bounds(n_rows, sc4, out4, bad_s, bad_o, worst);
+            bool ok = bad_s == 0 && bad_o == 0;
+            printf("case %d flash hd %d heads %d/%d rows %d seqs %d win %d warps %d tile %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s\n",
+                   cs, hd, nh, n_kvh, n_rows, nseq, window, warps, tr, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
+                   quant ? (bad_q ? ", flash q8: MISMATCH" : ", flash q8: ok") : "");
             if (!ok) fails++;
             if (bad_q) fails++;
         }

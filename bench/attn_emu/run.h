@@ -3,6 +3,7 @@ inline void launch(dim3u grid, unsigned threads, size_t smem, const std::functio
     g_dyn_smem = dyn.data();
     gridDim = grid; blockDim = {threads, 1, 1};
     g_shfl.assign(threads, 0.0);
+    g_mma.assign(threads * 6, 0.f);
     for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
     for (unsigned bx = 0; bx < grid.x; bx++) {

@@ -45,5 +45,38 @@ inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 #define __shared__ static
 #define __align__(x)
 #define __restrict__
-#define __syncwarp()
+// A warp's lanes are threads here: __syncwarp is a real barrier (every lane of the warp calls it).
+inline void __syncwarp() { g_warp_bar[threadIdx.x >> 5]->arrive_and_wait(); }
+inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
+// cvt.rna.tf32.f32: the 10-bit mantissa, rounded to nearest, ties away from zero (finite x).
+inline unsigned emu_tf32_rna(float x) {
+    unsigned u; std::memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u;
+    return (u + 0x1000u) & 0xffffe000u;
+}
+extern std::vector<float> g_mma;
+// mma.m16n8k8 TF32 (a warp-wide operation): the lanes' fragments meet in g_mma, then each lane
+// forms its four outputs. TF32 products are exact in double; the sum of the eight and c is
+// rounded once (the hardware's accumulation order is its own: the harness checks bounds, not
+// bits).
+inline void emu_mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float* mine = &g_mma[threadIdx.x * 6];
+    for (int i = 0; i < 4; i++) mine[i] = __uint_as_float(a[i]);
+    for (int i = 0; i < 2; i++) mine[4 + i] = __uint_as_float(b[i]);
+    g_warp_bar[warp]->arrive_and_wait();
+    const float* w = &g_mma[warp * 32 * 6];
+    int g = lane >> 2, t = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int r = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
+        double acc = c[e];
+        for (int k = 0; k < 8; k++) {
+            double av = w[((r & 7) * 4 + (k & 3)) * 6 + (r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)];
+            double bv = w[(n * 4 + (k & 3)) * 6 + 4 + (k >= 4 ? 1 : 0)];
+            acc += av * bv;
+        }
+        c[e] = (float)acc;
+    }
+    g_warp_bar[warp]->arrive_and_wait();
+}
 #pragma STDC FP_CONTRACT OFF

@@ -1487,6 +1487,300 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
     }
 }
 
+// FLASH PREFILL ATTENTION (`attention_flash_<D>`, heads of D = 64 or 128 values): run by `cuda`
+// (fast numerics, not deterministic) for steps with several rows of one sequence (prefill),
+// on tensor cores. One block per (tile of `tile_rows` batch rows, KV head): its warps hold 16
+// row-heads each (a row-head = one query row of one of the KV head's `group` query heads, row
+// major), so each K and V row staged in shared memory serves every row-head of the tile. A tile's
+// rows split into runs of one sequence, as in `attention_tile`. Per chunk of 64 keys:
+//  - scores S = Q K^T by mma.m16n8k8 in TF32 with the 3-term split (x = hi + lo, both TF32;
+//    hi hi + hi lo + lo hi): products good to about 2^-21 relative, so the scores keep the f32
+//    dot's error bound that verify holds this op to; times scale, -inf where masked; written
+//    to `scores` when it is given (the kq tap: the very values the softmax below consumes);
+//  - online softmax in f32: the row's running max m, weights p = expf(s - m), the running sum
+//    and the output rescaled by expf(m_old - m) when m grows;
+//  - O += P V by the same split mma. P stays in registers: the accumulator layout of S is the
+//    A operand's once each group of 8 keys is taken in the order (0, 2, 4, 6, 1, 3, 5, 7),
+//    which V's B operand follows (a sum over keys in any order is the same sum).
+// Out = O / (sum of p) (0 for a row-head without a visible key, as `attention`), staged in
+// shared memory so each warp writes, and quantizes for the next matmul (`q8q`), 32 consecutive
+// values of a row-head a step, as the other attention kernels do. Per-key probabilities are
+// never formed (kq_softmax stays hidden, as with `attention_split`). Not batch-invariant:
+// `cuda-det` and `cuda-exact` never run it. Dynamic shared memory (`plan::flash_smem`): K and
+// V chunks (64 rows each) and the block's Q rows, rows of D + 4 floats (conflict-free fragment
+// loads), then 64 slots.
+#define ATT_F_KEYS 64
+#define ATT_F_MAX_WARPS 4
+
+__device__ __forceinline__ unsigned tf32_rna(float x) {
+#ifdef __CUDA_ARCH__
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+#else
+    return emu_tf32_rna(x);
+#endif
+}
+
+// x as hi + lo, both TF32 (the rest is below 2^-22 |x|).
+__device__ __forceinline__ void tf32_split(float x, unsigned& hi, unsigned& lo) {
+    hi = tf32_rna(x);
+    lo = tf32_rna(x - __uint_as_float(hi));
+}
+
+// c += a b for one m16n8k8 TF32 tile (PTX fragment layouts; g = lane / 4, t = lane % 4):
+// a = A[g][t], A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]; b = B[t][g], B[t + 4][g];
+// c = C[g][2t], C[g][2t + 1], C[g + 8][2t], C[g + 8][2t + 1].
+__device__ __forceinline__ void mma_tf32(float* c, const unsigned* a, const unsigned* b) {
+#ifdef __CUDA_ARCH__
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    emu_mma_tf32(c, a, b);
+#endif
+}
+
+// c += a b with both split: the small terms first.
+__device__ __forceinline__ void mma_tf32x3(float* c, const float* a, const float* b) {
+    unsigned ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+    for (int i = 0; i < 4; i++) tf32_split(a[i], ah[i], al[i]);
+#pragma unroll
+    for (int i = 0; i < 2; i++) tf32_split(b[i], bh[i], bl[i]);
+    mma_tf32(c, al, bh);
+    mma_tf32(c, ah, bl);
+    mma_tf32(c, ah, bh);
+}
+
+template <int D>
+__device__ __forceinline__ void attention_flash_body(
+    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
+    float scale, int window, int n_rows, int tile_rows, signed char* q8q, Q8Blk* q8d) {
+    constexpr int S = D + 4, NT = ATT_F_KEYS / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    float* ks = (float*)att_smem;
+    float* vs = ks + ATT_F_KEYS * S;
+    float* qs = vs + ATT_F_KEYS * S;
+    int n_warps = blockDim.x >> 5;
+    u32* s_slot = (u32*)(qs + 16 * n_warps * S);
+    __shared__ size_t m_off[16 * ATT_F_MAX_WARPS];
+    __shared__ int m_lo[16 * ATT_F_MAX_WARPS], m_pos[16 * ATT_F_MAX_WARPS],
+        m_moff[16 * ATT_F_MAX_WARPS], m_o[16 * ATT_F_MAX_WARPS];
+    const float NEG_INF = __int_as_float(0xff800000);
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    int group = n_heads / n_kv_heads, kh = blockIdx.y;
+#ifdef FAULT_KV_VIEW_OFFSET
+    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
+#endif
+    int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
+    int r_end = min(n_rows, (int)(blockIdx.x + 1) * tile_rows);
+    for (int r0 = blockIdx.x * tile_rows; r0 < r_end;) {
+        int soff = info[r0 * ROW_INFO], n_kv = info[r0 * ROW_INFO + 1];
+        int r1 = r0 + 1;
+        while (r1 < r_end && info[r1 * ROW_INFO] == soff) r1++;
+        int nrh = (r1 - r0) * group;
+        __syncthreads();  // the previous run is done with the shared tables and rows
+        for (int rh = tid; rh < nrh; rh += blockDim.x) {
+            int r = r0 + rh / group, gi = rh % group;
+            const int* ri = info + r * ROW_INFO;
+            int h = kh * group + gi;
+#ifdef FAULT_WRONG_KV_HEAD
+            h = kh + gi * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#endif
+            int pos = ri[2];
+            m_pos[rh] = pos;
+            m_lo[rh] = window > 0 ? max(0, pos - window + 1) : 0;
+            m_moff[rh] = ri[4];
+            m_off[rh] = (size_t)ri[3] + (size_t)h * n_kv;
+            m_o[rh] = r * q_dim + h * D;
+        }
+        for (int i = tid; i < 16 * n_warps * D; i += blockDim.x) {
+            int rh = i / D, d = i - rh * D;
+            qs[rh * S + d] = rh < nrh ? q[(size_t)(r0 + rh / group) * q_dim +
+                                          (size_t)(kh * group + rh % group) * D + d]
+                                      : 0.f;
+        }
+        __syncthreads();
+#ifdef FAULT_WRONG_KV_HEAD
+        // The q rows staged above are the grouped heads; the fault reads the interleaved ones.
+        for (int i = tid; i < nrh * D; i += blockDim.x) {
+            int rh = i / D, d = i - rh * D;
+            qs[rh * S + d] = q[(size_t)m_o[rh] + d];
+        }
+        __syncthreads();
+#endif
+        int tlo = n_kv, thi = -1;
+        for (int rh = 0; rh < nrh; rh += group) {
+            tlo = min(tlo, m_lo[rh]);
+            thi = max(thi, min(m_pos[rh], n_kv - 1));
+        }
+        if (scores != nullptr) {
+            for (int i = tid; i < nrh * n_kv; i += blockDim.x) {
+                int rh = i / n_kv, j = i - rh * n_kv;
+                if (j < tlo || j > thi) scores[m_off[rh] + j] = NEG_INF;
+            }
+        }
+        // This lane's two row-heads: A = 16 warp + g, B = A + 8.
+        int ra = 16 * warp + g, rb = ra + 8;
+        bool va = ra < nrh, vb = rb < nrh;
+        int lo_a = va ? m_lo[ra] : 1, pos_a = va ? m_pos[ra] : 0, mo_a = va ? m_moff[ra] : -1;
+        int lo_b = vb ? m_lo[rb] : 1, pos_b = vb ? m_pos[rb] : 0, mo_b = vb ? m_moff[rb] : -1;
+        bool warp_live = 16 * warp < nrh;
+        float m_a = NEG_INF, m_b = NEG_INF, l_a = 0.f, l_b = 0.f;
+        float o[DT][4];
+#pragma unroll
+        for (int i = 0; i < DT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+        for (int c0 = tlo; c0 <= thi; c0 += ATT_F_KEYS) {
+            int nc = min(thi + 1 - c0, ATT_F_KEYS);
+            __syncthreads();  // the previous chunk's rows are spent
+            for (int j = tid; j < nc; j += blockDim.x) s_slot[j] = slots[soff + c0 + j];
+            __syncthreads();
+            // K and V rows of the chunk; rows past its end are zeros (their weights are 0, and
+            // 0 times a stale NaN would not be).
+            for (int i = tid; i < ATT_F_KEYS * (D / 4); i += blockDim.x) {
+                int j = i / (D / 4), d = 4 * (i - j * (D / 4));
+                float4 kv = {0.f, 0.f, 0.f, 0.f}, vv = {0.f, 0.f, 0.f, 0.f};
+                if (j < nc) {
+                    size_t src = (base + s_slot[j]) * kv_dim + (size_t)kh * D + d;
+                    kv = *(const float4*)(kc + src);
+                    vv = *(const float4*)(vc + src);
+                }
+                *(float4*)(ks + j * S + d) = kv;
+                *(float4*)(vs + j * S + d) = vv;
+            }
+            __syncthreads();
+            if (!warp_live) continue;
+            float sc[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; j++) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+            const float* qa = qs + (16 * warp + g) * S;
+#pragma unroll 2
+            for (int kk = 0; kk < D; kk += 8) {
+                float a[4] = {qa[kk + t], qa[8 * S + kk + t], qa[kk + t + 4], qa[8 * S + kk + t + 4]};
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    const float* kr = ks + (8 * j + g) * S + kk;
+                    float b[2] = {kr[t], kr[t + 4]};
+                    mma_tf32x3(sc[j], a, b);
+                }
+            }
+            // Scale and mask; the chunk's max per row-head (a quad of lanes holds a row).
+            float cm_a = NEG_INF, cm_b = NEG_INF;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int col = 8 * j + 2 * t + (e & 1), key = c0 + col;
+                    bool is_a = e < 2;
+                    int lo = is_a ? lo_a : lo_b, pos = is_a ? pos_a : pos_b, mo = is_a ? mo_a : mo_b;
+                    bool vis = col < nc && key >= lo && key <= pos && (mo < 0 || mask[mo + key]);
+                    float s = NEG_INF;
+                    if (vis) {
+                        s = sc[j][e] * scale;
+#ifdef FAULT_MASK_DRIFT
+                        // seeded fault: with an explicit mask the score takes another path, one ulp off
+                        if (mo >= 0) s = s * 1.00000012f;
+#endif
+                    }
+                    sc[j][e] = s;
+                    if (scores != nullptr && col < nc && (is_a ? va : vb))
+                        scores[m_off[is_a ? ra : rb] + key] = s;
+                    if (is_a) cm_a = fmaxf(cm_a, s);
+                    else cm_b = fmaxf(cm_b, s);
+                }
+            }
+#pragma unroll
+            for (int x = 1; x <= 2; x <<= 1) {
+                cm_a = fmaxf(cm_a, __shfl_xor_sync(0xffffffffu, cm_a, x));
+                cm_b = fmaxf(cm_b, __shfl_xor_sync(0xffffffffu, cm_b, x));
+            }
+            float nm_a = fmaxf(m_a, cm_a), nm_b = fmaxf(m_b, cm_b);
+            // Rescale what came before (nothing yet while the max is still -inf).
+            float al_a = nm_a == NEG_INF ? 1.f : expf(m_a - nm_a);
+            float al_b = nm_b == NEG_INF ? 1.f : expf(m_b - nm_b);
+            m_a = nm_a;
+            m_b = nm_b;
+            l_a *= al_a;
+            l_b *= al_b;
+#pragma unroll
+            for (int i = 0; i < DT; i++) {
+                o[i][0] *= al_a;
+                o[i][1] *= al_a;
+                o[i][2] *= al_b;
+                o[i][3] *= al_b;
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float mm = e < 2 ? m_a : m_b;
+                    float p = sc[j][e] == NEG_INF ? 0.f : expf(sc[j][e] - mm);
+                    sc[j][e] = p;
+                    if (e < 2) l_a += p;
+                    else l_b += p;
+                }
+            }
+            // O += P V, keys of group j in the order (0, 2, 4, 6, 1, 3, 5, 7).
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (8 * j >= nc) break;
+                float a[4] = {sc[j][0], sc[j][2], sc[j][1], sc[j][3]};
+                const float* v0 = vs + (8 * j + 2 * t) * S + g;
+#pragma unroll
+                for (int i = 0; i < DT; i++) {
+                    float b[2] = {v0[8 * i], v0[S + 8 * i]};
+                    mma_tf32x3(o[i], a, b);
+                }
+            }
+        }
+        // The row sums (each lane holds a quarter of its rows' weights), then out = O / sum.
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {
+            l_a += __shfl_xor_sync(0xffffffffu, l_a, x);
+            l_b += __shfl_xor_sync(0xffffffffu, l_b, x);
+        }
+        __syncwarp();
+        // The warp's own q rows are spent: its outputs go there.
+        float* os = qs + 16 * warp * S;
+#pragma unroll
+        for (int i = 0; i < DT; i++) {
+            int d = 8 * i + 2 * t;
+            os[g * S + d] = l_a > 0.f ? o[i][0] / l_a : 0.f;
+            os[g * S + d + 1] = l_a > 0.f ? o[i][1] / l_a : 0.f;
+            os[(g + 8) * S + d] = l_b > 0.f ? o[i][2] / l_b : 0.f;
+            os[(g + 8) * S + d + 1] = l_b > 0.f ? o[i][3] / l_b : 0.f;
+        }
+        __syncwarp();
+        for (int rr = 0; rr < 16 && 16 * warp + rr < nrh; rr++) {
+            int rh = 16 * warp + rr;
+#pragma unroll
+            for (int d0 = 0; d0 < D; d0 += 32) {
+                float v = os[rr * S + d0 + lane];
+                size_t oi = (size_t)m_o[rh] + d0 + lane;
+                out[oi] = v;
+                if (q8q != nullptr) q8_block(v, q8q, q8d, oi / 32);
+            }
+        }
+        r0 = r1;
+    }
+}
+
+#define ATTENTION_FLASH(D)                                                                       \
+    extern "C" __global__ void __launch_bounds__(32 * ATT_F_MAX_WARPS) attention_flash_##D(      \
+        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
+        float scale, int window, int n_rows, int tile_rows, signed char* q8q, Q8Blk* q8d) {      \
+        GRID_ENTER();                                                                            \
+        attention_flash_body<D>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,        \
+                                n_kv_heads, scale, window, n_rows, tile_rows, q8q, q8d);         \
+    }
+ATTENTION_FLASH(64)
+ATTENTION_FLASH(128)
+
 // Weight rows [r0, r0 + rows) of W (quantized, `k` values a row) decoded to f32, for the
 // tensor-core prefill (cuBLAS multiplies the decoded tile). One thread per value.
 extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int rows, int k, int ty,

@@ -245,6 +245,9 @@ struct Kernels {
     /// The split-key decode attention (`plan::use_split_attention`) and its combination.
     attention_split: CudaFunction,
     attention_combine: CudaFunction,
+    /// The flash prefill attention (`plan::use_flash_attention`), heads of 64 and 128 values;
+    /// `None` where its blocks could not get their shared memory.
+    attention_flash: Option<(CudaFunction, CudaFunction)>,
     /// Streaming multiprocessors of the device (`plan::attention_spans`).
     n_sms: usize,
     /// Dynamic shared memory a one-row (decode) tiled attention block may take.
@@ -695,6 +698,7 @@ impl CudaBackend {
             attention_tile_wide,
             attention_split: f("attention_split")?,
             attention_combine: f("attention_combine")?,
+            attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
             n_sms: ctx
                 .attribute(
                     cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -1932,7 +1936,8 @@ impl Backend for CudaBackend {
     }
 
     fn hidden_taps(&self) -> &'static [&'static str] {
-        // The split-key decode attention normalizes whole spans, never single keys.
+        // The split-key decode attention normalizes whole spans, the flash prefill attention
+        // running sums: never single keys.
         if self.split_attention {
             &["kq_softmax"]
         } else {
@@ -2852,6 +2857,16 @@ impl Backend for CudaBackend {
             hd,
             plan::long_context(batch),
         );
+        let flash = self.k.attention_flash.is_some()
+            && plan::use_flash_attention(
+                choice,
+                self.split_attention,
+                q.rows,
+                batch.seqs.len(),
+                p.n_heads,
+                p.n_kv_heads,
+                hd,
+            );
         let n_spans = plan::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
         // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
         // on drop, and a capture that allocates fails).
@@ -2923,6 +2938,60 @@ impl Backend for CudaBackend {
                 // q.rows x q_dim floats and the q8 buffers that many values.
                 unsafe { b.launch(cfg) }
                     .map_err(|e| BackendError::Other(format!("cuda attention_combine: {e}")))?;
+            } else if let (true, Some((f64k, f128k)), true) =
+                (flash, self.k.attention_flash.as_ref(), q.rows > 0)
+            {
+                let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
+                let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+                let geom = plan::flash_geometry(
+                    q.rows,
+                    p.n_heads,
+                    p.n_kv_heads,
+                    hd,
+                    self.k.n_sms,
+                    flash_warps_knob(),
+                );
+                let (n_rows, tile_rows) = (q.rows as i32, geom.tile_rows as i32);
+                let null = 0u64;
+                let mut b = self
+                    .stream
+                    .launch_builder(if hd == 64 { f64k } else { f128k });
+                b.arg(q.buf())
+                    .arg(&cache.k)
+                    .arg(&cache.v)
+                    .arg(&dev.slots)
+                    .arg(&dev.info)
+                    .arg(&dev.mask);
+                // The scores are written only for a listener (the kq tap).
+                if taps.active() {
+                    b.arg(&s.scores);
+                } else {
+                    b.arg(&null);
+                }
+                b.arg(&mut out)
+                    .arg(&base)
+                    .arg(&nh)
+                    .arg(&nkh)
+                    .arg(&p.scale)
+                    .arg(&window)
+                    .arg(&n_rows)
+                    .arg(&tile_rows);
+                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
+                match parts.as_mut() {
+                    Some((qq, dd)) => b.arg(qq).arg(dd),
+                    None => b.arg(&null).arg(&null),
+                };
+                let cfg = LaunchConfig {
+                    grid_dim: (geom.grid.0, geom.grid.1, 1),
+                    block_dim: (32 * geom.warps as u32, 1, 1),
+                    shared_mem_bytes: geom.smem_bytes,
+                };
+                // SAFETY: the plan checked every slot against the cache, every row's sequence and
+                // mask; the score buffer holds n_scores values; the block's shared memory is
+                // `plan::flash_smem` for its warps, within what `flash_kernels` opted in to; a
+                // block's row-heads (tile_rows x group) fit its warps (`plan::flash_geometry`).
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda attention_flash: {e}")))?;
             } else if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
@@ -3019,8 +3088,9 @@ impl Backend for CudaBackend {
                 taps.emit_layer(layer, "kq", || {
                     HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
                 });
-                // The split-key path never forms per-key probabilities (`hidden_taps`).
-                if !split {
+                // The split-key and flash paths never form per-key probabilities
+                // (`hidden_taps`).
+                if !split && !flash {
                     taps.emit_layer(layer, "kq_softmax", || {
                         let mut v = self
                             .stream
@@ -3065,6 +3135,31 @@ fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
     } else {
         plan::ATT_TILE_SMEM
     }
+}
+
+/// The flash kernels, each allowed the dynamic shared memory of its largest block (beyond the
+/// default 48 KiB: an opt-in); `None` if the device refuses it (then the tiled kernels run).
+fn flash_kernels(k64: CudaFunction, k128: CudaFunction) -> Option<(CudaFunction, CudaFunction)> {
+    use cudarc::driver::sys::CUfunction_attribute_enum as F;
+    let ok = [(&k64, 64), (&k128, 128)].iter().all(|(f, hd)| {
+        i32::try_from(plan::flash_smem(*hd, plan::ATT_FLASH_MAX_WARPS)).is_ok_and(|b| {
+            f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b)
+                .is_ok()
+        })
+    });
+    ok.then_some((k64, k128))
+}
+
+/// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by
+/// `plan::flash_geometry`).
+fn flash_warps_knob() -> usize {
+    static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *W.get_or_init(|| {
+        std::env::var("LOCKSTEP_CUDA_FLASH_WARPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
 }
 
 /// Whether the attention kernels quantize their output for the next matmul
@@ -3225,6 +3320,15 @@ mod tests {
         }
         assert!(KERNEL_SOURCE.contains("return ((head_dim + 3) & ~3) + 4;"));
         assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile, 1)"));
+        // The flash kernels the host loads, and the geometry `plan` sizes them by.
+        for hd in plan::ATT_FLASH_HEADS {
+            assert!(KERNEL_SOURCE.contains(&format!("ATTENTION_FLASH({hd})")));
+        }
+        assert!(KERNEL_SOURCE.contains(&format!("#define ATT_F_KEYS {}", plan::ATT_FLASH_KEYS)));
+        assert!(KERNEL_SOURCE.contains(&format!(
+            "#define ATT_F_MAX_WARPS {}",
+            plan::ATT_FLASH_MAX_WARPS
+        )));
         assert!(KERNEL_SOURCE.contains("ATTENTION_TILE(attention_tile_wide, 2)"));
         // The split-key attention's limits, as the host plans them.
         for (name, v) in [

@@ -328,6 +328,86 @@ pub fn use_split_attention(
     allowed && fits && n_rows <= n_seqs && wanted
 }
 
+/// Head sizes with a flash prefill kernel (`attention_flash_<D>`).
+pub const ATT_FLASH_HEADS: [usize; 2] = [64, 128];
+/// Keys a flash block stages at a time (`ATT_F_KEYS`).
+pub const ATT_FLASH_KEYS: usize = 64;
+/// The most warps of a flash block (`ATT_F_MAX_WARPS`); each holds 16 row-heads.
+pub const ATT_FLASH_MAX_WARPS: usize = 4;
+
+/// Whether a step runs the flash prefill attention (`attention_flash_<D>`): only where the
+/// backend allows it (`cuda`: fast numerics, not deterministic), only for steps where some
+/// sequence has several rows (a prefill: decode steps keep the row and split-key kernels), only
+/// for the head sizes it has kernels for and groups its blocks hold, and not when
+/// `LOCKSTEP_CUDA_ATTN` asks for the row or tiled kernels.
+pub fn use_flash_attention(
+    choice: AttnChoice,
+    allowed: bool,
+    n_rows: usize,
+    n_seqs: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+) -> bool {
+    let fits = n_kv_heads > 0
+        && n_heads.is_multiple_of(n_kv_heads)
+        && n_heads / n_kv_heads <= 16 * ATT_FLASH_MAX_WARPS
+        && ATT_FLASH_HEADS.contains(&head_dim);
+    let wanted = !matches!(choice, AttnChoice::Row | AttnChoice::Tile);
+    allowed && fits && n_rows > n_seqs && wanted
+}
+
+/// Launch geometry of the flash prefill attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlashGeom {
+    /// Warps a block (16 row-heads each).
+    pub warps: usize,
+    /// Batch rows a block: as many as its row-heads hold, all query heads of one KV head.
+    pub tile_rows: usize,
+    /// (row tiles, KV heads).
+    pub grid: (u32, u32),
+    /// Dynamic shared memory: K and V chunks, the block's q rows, the chunk's slots.
+    pub smem_bytes: u32,
+}
+
+/// Dynamic shared memory of a flash block of `warps` warps for heads of `head_dim` values:
+/// (2 chunks of keys + 16 rows a warp) rows of head_dim + 4 floats, then the chunk's slots.
+pub fn flash_smem(head_dim: usize, warps: usize) -> usize {
+    (2 * ATT_FLASH_KEYS + 16 * warps) * (head_dim + 4) * 4 + ATT_FLASH_KEYS * 4
+}
+
+/// The flash geometry: the most warps a block (the fewest K and V reloads) that still gives
+/// every SM a block (`n_sms`), else the fewest warps that hold a group; `force_warps` (the
+/// `LOCKSTEP_CUDA_FLASH_WARPS` knob, 0 = choose) overrides where it holds the group. Only
+/// speed depends on it.
+pub fn flash_geometry(
+    n_rows: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    n_sms: usize,
+    force_warps: usize,
+) -> FlashGeom {
+    let group = (n_heads / n_kv_heads.max(1)).max(1);
+    let min_warps = group.div_ceil(16).clamp(1, ATT_FLASH_MAX_WARPS);
+    let blocks = |w: usize| n_rows.div_ceil(16 * w / group) * n_kv_heads;
+    let warps = if (min_warps..=ATT_FLASH_MAX_WARPS).contains(&force_warps) {
+        force_warps
+    } else {
+        (min_warps..=ATT_FLASH_MAX_WARPS)
+            .rev()
+            .find(|&w| blocks(w) >= n_sms)
+            .unwrap_or(min_warps)
+    };
+    let tile_rows = 16 * warps / group;
+    FlashGeom {
+        warps,
+        tile_rows,
+        grid: (n_rows.div_ceil(tile_rows) as u32, n_kv_heads as u32),
+        smem_bytes: flash_smem(head_dim, warps) as u32,
+    }
+}
+
 /// How many spans the split-key attention cuts each row's keys into: enough blocks (rows x KV
 /// heads x spans) for two per SM, at most [`ATT_SPLIT_MAX_SPANS`]. A function of the step's
 /// shape, never of its context length (spans of a short context stay empty; each span has at
@@ -533,6 +613,67 @@ pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
     use lockstep_graph::BatchSeq;
+
+    #[test]
+    fn flash_attention_runs_prefills_of_the_heads_it_has_kernels_for() {
+        let f = |choice, rows, seqs, heads, kv, hd| {
+            use_flash_attention(choice, true, rows, seqs, heads, kv, hd)
+        };
+        // Llama-1B (32 / 8 heads of 64), 8B (32 / 8 of 128), SmolLM2 (9 / 3 of 64) prefills.
+        assert!(f(AttnChoice::Auto, 512, 1, 32, 8, 64));
+        assert!(f(AttnChoice::Auto, 512, 1, 32, 8, 128));
+        assert!(f(AttnChoice::Auto, 7, 2, 9, 3, 64));
+        // Decode steps, other head sizes (Gemma-3's 256), forced kernels, cuda-det: not.
+        assert!(!f(AttnChoice::Auto, 4, 4, 32, 8, 64));
+        assert!(!f(AttnChoice::Auto, 512, 1, 4, 1, 256));
+        assert!(!f(AttnChoice::Tile, 512, 1, 32, 8, 64));
+        assert!(!f(AttnChoice::Row, 512, 1, 32, 8, 64));
+        assert!(!use_flash_attention(
+            AttnChoice::Auto,
+            false,
+            512,
+            1,
+            32,
+            8,
+            64
+        ));
+        // A group larger than a block's 64 row-heads.
+        assert!(!f(AttnChoice::Auto, 512, 1, 65, 1, 64));
+    }
+
+    #[test]
+    fn flash_geometry_holds_whole_groups_and_fits_its_shared_memory() {
+        for (rows, heads, kv, hd) in [
+            (512, 32, 8, 64),
+            (512, 32, 8, 128),
+            (512, 9, 3, 64),
+            (512, 14, 2, 64),
+            (3, 64, 1, 128),
+            (1000, 1, 1, 64),
+        ] {
+            for force in 0..=5 {
+                let g = flash_geometry(rows, heads, kv, hd, 132, force);
+                let group = heads / kv;
+                assert!((1..=ATT_FLASH_MAX_WARPS).contains(&g.warps));
+                assert!(
+                    g.tile_rows >= 1 && g.tile_rows * group <= 16 * g.warps,
+                    "{g:?}"
+                );
+                assert!(g.grid.0 as usize * g.tile_rows >= rows);
+                assert_eq!(g.grid.1 as usize, kv);
+                assert!(g.smem_bytes as usize <= flash_smem(128, ATT_FLASH_MAX_WARPS));
+            }
+        }
+        // 1B prefill: four warps (16 rows x 4 heads), 32 x 8 blocks; SmolLM2's 3 KV heads
+        // need smaller blocks to cover 132 SMs.
+        let g = flash_geometry(512, 32, 8, 64, 132, 0);
+        assert_eq!((g.warps, g.tile_rows, g.grid), (4, 16, (32, 8)));
+        let g = flash_geometry(512, 9, 3, 64, 132, 0);
+        assert_eq!((g.warps, g.tile_rows), (2, 10));
+        assert!(g.grid.0 * g.grid.1 >= 132);
+        // The largest block: 101 632 bytes (an opt-in beyond the default 48 KiB).
+        assert_eq!(flash_smem(128, 4), (128 + 64) * 132 * 4 + 256);
+    }
 
     #[test]
     fn decode_steps_with_heads_up_to_128_take_the_row_attention_and_the_rest_the_tiles() {

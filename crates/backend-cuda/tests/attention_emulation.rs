@@ -24,6 +24,16 @@ fn gxx_present() -> bool {
 }
 
 fn emulate(cases: &str, seed: &str, perturb: bool, head_dim: Option<&str>) -> (bool, String) {
+    emulate_with(cases, seed, perturb, head_dim, false)
+}
+
+fn emulate_with(
+    cases: &str,
+    seed: &str,
+    perturb: bool,
+    head_dim: Option<&str>,
+    long: bool,
+) -> (bool, String) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/attn_emu/run.sh");
     let mut cmd = Command::new("bash");
     cmd.args([script, cases, seed]);
@@ -32,6 +42,9 @@ fn emulate(cases: &str, seed: &str, perturb: bool, head_dim: Option<&str>) -> (b
     }
     if let Some(hd) = head_dim {
         cmd.env("HD", hd);
+    }
+    if long {
+        cmd.env("ATTN_EMU_LONG", "1");
     }
     let out = cmd.output().expect("bash runs");
     let text =
@@ -56,11 +69,11 @@ fn tiled_attention_is_bitwise_the_row_kernel() {
     assert_eq!(text.matches(": ok (zero exps").count(), 18, "{text}");
     assert_eq!(text.matches("output quantized: ok").count(), 1, "{text}");
     // Every case's heads fit the split-key blocks: six within bounds, one quantized.
-    assert_eq!(
-        text.matches(": within bounds (0 scores").count(),
-        6,
-        "{text}"
-    );
+    let split_ok = text
+        .lines()
+        .filter(|l| l.contains(" split rows ") && l.contains(": within bounds (0 scores"))
+        .count();
+    assert_eq!(split_ok, 6, "{text}");
     assert_eq!(text.matches("split q8: ok").count(), 1, "{text}");
     // One output one ulp off in the tiled run, one quantized value off, and a split-key output
     // 0.1% off, are caught.
@@ -69,9 +82,42 @@ fn tiled_attention_is_bitwise_the_row_kernel() {
         !ok && text.contains("| tile") && text.contains("quantized: MISMATCH"),
         "a perturbed output passed:\n{text}"
     );
-    assert_eq!(text.matches("MISMATCH").count(), 5, "{text}");
+    // Five from the row, split and tiled kernels, one from the flash kernel (heads of 64).
+    assert_eq!(text.matches("MISMATCH").count(), 6, "{text}");
     assert!(
         text.contains("split rows") && text.contains("1 outputs out of bound"),
+        "{text}"
+    );
+}
+
+/// The flash prefill kernels (`attention_flash_64` / `_128`: TF32 tensor cores, 3-term split,
+/// f32 online softmax) within the bound verify holds them to, on contexts of 40 to 165 keys
+/// (one to three chunks of 64, so the running max and sum are rescaled), with their fused
+/// output quantization; the tensor-core product is emulated lane by lane from the PTX fragment
+/// layouts, so a wrong fragment index fails here. A perturbed output is caught.
+#[test]
+fn flash_attention_is_within_the_f32_bound() {
+    if !gxx_present() {
+        eprintln!("SKIPPED: no g++ to compile the kernels' CPU emulation");
+        assert!(
+            std::env::var_os("LOCKSTEP_REQUIRE_GXX").is_none(),
+            "LOCKSTEP_REQUIRE_GXX is set but g++ is missing"
+        );
+        return;
+    }
+    let (ok, text) = emulate_with("3", "5", false, Some("64"), true);
+    assert!(ok, "emulation failed:\n{text}");
+    let flash_ok = text
+        .lines()
+        .filter(|l| l.contains(" flash hd 64 ") && l.contains(": within bounds (0 scores"))
+        .count();
+    assert_eq!(flash_ok, 3, "{text}");
+    assert_eq!(text.matches("flash q8: ok").count(), 3, "{text}");
+    let (ok, text) = emulate_with("1", "8", true, Some("64"), true);
+    assert!(!ok, "a perturbed output passed:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" flash hd 64 ") && l.contains("1 outputs out of bound")),
         "{text}"
     );
 }
