@@ -1474,6 +1474,44 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
             h.ffn_case(ty, n, k, m);
         }
     }
+    // Prefills over contexts of several 64-key chunks (cuda: the flash attention, whose running
+    // max and sum are rescaled from chunk to chunk): Llama-8B's and SmolLM2's head layouts, two
+    // sequences sharing a tile, a window, a mask. Last too.
+    {
+        let kv_f16 = kv_cache_f16(arith, name);
+        let cases: [AttnCase<'static>; 3] = [
+            AttnCase {
+                label: "GQA long prefill",
+                n_heads: 8,
+                n_kv_heads: 2,
+                head_dim: 128,
+                window: None,
+                seqs: &[(90, 70)],
+                masked: false,
+            },
+            AttnCase {
+                label: "GQA long prefill, 2 seqs, mask",
+                n_heads: 9,
+                n_kv_heads: 3,
+                head_dim: 64,
+                window: None,
+                seqs: &[(0, 140), (30, 5)],
+                masked: true,
+            },
+            AttnCase {
+                label: "GQA long prefill, window",
+                n_heads: 4,
+                n_kv_heads: 1,
+                head_dim: 64,
+                window: Some(80),
+                seqs: &[(100, 50)],
+                masked: false,
+            },
+        ];
+        for c in cases {
+            h.attention_case(c, kv_f16);
+        }
+    }
     OpsReport {
         backend: name.to_string(),
         arithmetic: arith,
