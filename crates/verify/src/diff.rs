@@ -108,11 +108,15 @@ impl Verdict {
             self.metrics.cosine,
             fmt_tol(&self.tolerance)
         );
-        if let Some((read, m)) = &self.carried_into {
+        if let Some((carrier, m)) = &self.carried_into {
+            let what = if matches!(parse_tap(carrier).op, "q_rope" | "k_rope") {
+                format!("the rotation {carrier} (RoPE, norm-preserving) computed from it")
+            } else {
+                format!("the cache read {carrier} that copies it")
+            };
             let _ = write!(
                 s,
-                ", within that band but the cache read {read} that copies it fails with the \
-                 same error (NMSE {})",
+                ", within that band but {what} fails with the same error (NMSE {})",
                 fmt_e(m.nmse)
             );
         }
@@ -299,12 +303,16 @@ impl Comparer {
             if let Some(failing) = sd.taps.iter().find(|t| !t.pass) {
                 let present = |n: &str| sd.taps.iter().any(|t| t.name == n);
                 let find = |n: &str| sd.taps.iter().find(|t| t.name == n);
-                // A cache read only copies its input through f16: when that input already
-                // carries (at least half) the read's error, within its own kind's wider band,
+                // A cache read only copies its input through f16, and RoPE rotates pairs of
+                // values (norm-preserving, a few ulps of its own): when that input already
+                // carries (at least half) the op's error, within its own kind's wider band,
                 // the error entered there.
                 let mut first = failing;
                 let mut carried_into = None;
-                while matches!(parse_tap(&first.name).op, "k_read" | "v_read") {
+                while matches!(
+                    parse_tap(&first.name).op,
+                    "k_read" | "v_read" | "q_rope" | "k_rope"
+                ) {
                     let ins = inputs_of(&first.name, &present);
                     let Some(src) = ins.first().and_then(|n| find(n)) else {
                         break;
@@ -691,6 +699,51 @@ mod tests {
             .expect("divergence");
         let names: Vec<&str> = v3.inputs.iter().map(|(n, _, _)| n.as_str()).collect();
         assert_eq!(names, ["blk.3.v_read"]);
+    }
+
+    /// A Q projection within the matmul band whose error RoPE (a tighter band) carries on: the
+    /// verdict names the projection (session 10: a seeded Q4_K scale fault on a one-token
+    /// prompt was blamed on RoPE); a RoPE that adds its own error stays blamed.
+    #[test]
+    fn error_carried_into_rope_is_blamed_where_it_entered() {
+        let a = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.q", 1.0),
+            ("blk.0.q_rope", 1.0),
+        ]);
+        // NMSE 0.18 in both: inside the quant matmul band, outside RoPE's.
+        let b = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.q", 0.4),
+            ("blk.0.q_rope", 0.4),
+        ]);
+        let mut c = Comparer::new(Profile::Quant);
+        c.add_step(&a, &b);
+        let v = c
+            .finish("ref".into(), "cuda".into())
+            .verdict
+            .expect("divergence");
+        assert_eq!(v.tap, "blk.0.q");
+        assert_eq!(
+            v.carried_into.as_ref().map(|x| x.0.as_str()),
+            Some("blk.0.q_rope")
+        );
+        let s = v.sentence();
+        assert!(s.contains("the Q projection") && s.contains("RoPE"), "{s}");
+
+        let b = step(&[
+            ("blk.0.attn_norm", 1.0),
+            ("blk.0.q", 1.01),
+            ("blk.0.q_rope", 0.4),
+        ]);
+        let mut c = Comparer::new(Profile::Quant);
+        c.add_step(&a, &b);
+        let v = c
+            .finish("ref".into(), "cuda".into())
+            .verdict
+            .expect("divergence");
+        assert_eq!(v.tap, "blk.0.q_rope");
+        assert!(v.carried_into.is_none());
     }
 
     /// A projection within the matmul band whose error the (tighter) cache read carries on:
