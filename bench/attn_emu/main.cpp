@@ -93,6 +93,27 @@ int main(int argc, char** argv) {
             attention(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc0.data(),
                       ex0.data(), pr0.data(), out0.data(), base, nh, n_kvh, hd, scale, window, nullptr, nullptr);
         });
+        // Blocks of 32 outputs held to the declared q8 rule: d = max|x| / 127, q =
+        // round-half-even(x * (1 / d)) clamped to +-127, and the integer sum of q; the wrong
+        // quants and block records among the first nblk blocks.
+        auto q8_wrong = [](const std::vector<float>& outx, const std::vector<signed char>& qx,
+                           const std::vector<Q8Blk>& dx, size_t nblk) {
+            size_t bad = 0;
+            for (size_t b = 0; b < nblk; b++) {
+                float a = 0.f;
+                for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(outx[b * 32 + i]));
+                float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+                int sum = 0;
+                for (int i = 0; i < 32; i++) {
+                    float r = std::nearbyint(outx[b * 32 + i] * id);
+                    int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
+                    sum += qi;
+                    bad += qx[b * 32 + i] != qi;
+                }
+                bad += memcmp(&dx[b].d, &d, 4) != 0 || dx[b].s != sum;
+            }
+            return bad;
+        };
         // The row kernel's fused quantization of its output (fast numerics, heads of a multiple
         // of 32 values) against the declared rule applied on the host to the output it wrote:
         // d = max|x| / 127 per 32 values, q = round-half-even(x * (1 / d)) clamped to +-127, and
@@ -110,20 +131,7 @@ int main(int argc, char** argv) {
             });
             bool same = memcmp(out0.data(), out2.data(), out0.size() * 4) == 0;
             if (getenv("ATTN_EMU_PERTURB")) q8[q8.size() / 2] ^= 1;  // must be caught below
-            size_t bad = 0;
-            for (size_t b = 0; b < nb; b++) {
-                float a = 0.f;
-                for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out2[b * 32 + i]));
-                float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-                int sum = 0;
-                for (int i = 0; i < 32; i++) {
-                    float r = std::nearbyint(out2[b * 32 + i] * id);
-                    int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
-                    sum += qi;
-                    bad += q8[b * 32 + i] != qi;
-                }
-                bad += memcmp(&ds[b].d, &d, 4) != 0 || ds[b].s != sum;
-            }
+            size_t bad = q8_wrong(out2, q8, ds, nb);
             printf("case %d row kernel with its output quantized: %s (%zu blocks, %zu wrong)\n", cs,
                    same && bad == 0 ? "ok" : "MISMATCH", nb, bad);
             if (!same || bad) fails++;
@@ -195,22 +203,7 @@ int main(int argc, char** argv) {
                 attention_combine(part.data(), out3.data(), nh, hd, n_spans, quant ? q8s.data() : nullptr,
                                   quant ? dss.data() : nullptr);
             });
-            size_t bad_q = 0;
-            if (quant) {
-                for (size_t b = 0; b < (size_t)sr * q_dim / 32; b++) {
-                    float a = 0.f;
-                    for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out3[b * 32 + i]));
-                    float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-                    int sum = 0;
-                    for (int i = 0; i < 32; i++) {
-                        float r = std::nearbyint(out3[b * 32 + i] * id);
-                        int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
-                        sum += qi;
-                        bad_q += q8s[b * 32 + i] != qi;
-                    }
-                    bad_q += memcmp(&dss[b].d, &d, 4) != 0 || dss[b].s != sum;
-                }
-            }
+            size_t bad_q = quant ? q8_wrong(out3, q8s, dss, (size_t)sr * q_dim / 32) : 0;
             if (getenv("ATTN_EMU_PERTURB")) {
                 size_t i = (size_t)sr * q_dim / 2;
                 out3[i] += 1e-3f * std::fabs(out3[i]) + 1e-3f;
@@ -247,20 +240,7 @@ int main(int argc, char** argv) {
                     attention_flash_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(), sc4.data(),
                                         out4.data(), base, nh, n_kvh, scale, window, n_rows, tr, fq, fd);
             });
-            size_t bad_q = 0;
-            for (size_t b = 0; quant && b < nb; b++) {
-                float a = 0.f;
-                for (int i = 0; i < 32; i++) a = std::fmax(a, std::fabs(out4[b * 32 + i]));
-                float d = a / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-                int sum = 0;
-                for (int i = 0; i < 32; i++) {
-                    float r = std::nearbyint(out4[b * 32 + i] * id);
-                    int qi = r != r ? 0 : (int)std::fmin(std::fmax(r, -127.0f), 127.0f);
-                    sum += qi;
-                    bad_q += q8f[b * 32 + i] != qi;
-                }
-                bad_q += memcmp(&dsf[b].d, &d, 4) != 0 || dsf[b].s != sum;
-            }
+            size_t bad_q = quant ? q8_wrong(out4, q8f, dsf, nb) : 0;
             if (getenv("ATTN_EMU_PERTURB")) {
                 size_t i = out4.size() / 2;
                 out4[i] += 1e-3f * std::fabs(out4[i]) + 1e-3f;

@@ -944,6 +944,23 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
 // `plan::attention_tile` sizes it): `chunk` K/V rows of `att_stride(head_dim)` floats, then a
 // region holding either the run's q rows (pass 1) or its staged probabilities (pass 2), then
 // two buffers of `chunk` slots.
+// The i-th query head of KV head kh (grouped: heads kh * group .. kh * group + group - 1).
+__device__ __forceinline__ int att_query_head(int kh, int i, int group, int n_kv_heads) {
+#ifdef FAULT_WRONG_KV_HEAD
+    return kh + i * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
+#else
+    return kh * group + i;
+#endif
+}
+
+// The end of the run of batch rows from r0 (before r_end) that share r0's sequence (its key
+// slots): rows of a sequence are consecutive.
+__device__ __forceinline__ int att_run_end(const int* info, int r0, int r_end) {
+    int soff = info[r0 * ROW_INFO], r1 = r0 + 1;
+    while (r1 < r_end && info[r1 * ROW_INFO] == soff) r1++;
+    return r1;
+}
+
 #define ATT_T_THREADS 256
 #define ATT_T_MAX_RH 64
 #define ATT_T_ACC 16
@@ -1047,17 +1064,13 @@ __device__ __forceinline__ void attention_tile_body(
     for (int r0 = blockIdx.x * tile_rows; r0 < r_end;) {
         // The run: rows r0 .. r1 - 1 of one sequence (the same key slots).
         int soff = info[r0 * ROW_INFO], n_kv = info[r0 * ROW_INFO + 1];
-        int r1 = r0 + 1;
-        while (r1 < r_end && info[r1 * ROW_INFO] == soff) r1++;
+        int r1 = att_run_end(info, r0, r_end);
         int nrh = (r1 - r0) * hb;
         __syncthreads();  // the previous run is done with the shared tables
         for (int rh = tid; rh < nrh; rh += ATT_T_THREADS) {
             int r = r0 + rh / hb, g = g0 + rh % hb;
             const int* ri = info + r * ROW_INFO;
-            int h = kh * group + g;
-#ifdef FAULT_WRONG_KV_HEAD
-            h = kh + g * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
-#endif
+            int h = att_query_head(kh, g, group, n_kv_heads);
             int pos = ri[2];
             m_row[rh] = r;
             m_h[rh] = h;
@@ -1275,14 +1288,6 @@ ATTENTION_TILE(attention_tile_wide, 2)
 // The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_S_THREADS).
 #define ATT_SPLIT_SPANS 32
 
-__device__ __forceinline__ int att_s_head(int kh, int i, int group, int n_kv_heads) {
-#ifdef FAULT_WRONG_KV_HEAD
-    return kh + i * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
-#else
-    return kh * group + i;
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* part, size_t base, int n_heads, int n_kv_heads,
@@ -1312,11 +1317,11 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     for (int j = span * ATT_S_THREADS + tid; j < n_kv; j += n_spans * ATT_S_THREADS)
         if (j < lo || j > hi)
             for (int i = 0; i < group; i++)
-                scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+                scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
     for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
         int i = x / head_dim, d = x - i * head_dim;
         s_q[i * head_dim + d] =
-            q[(size_t)row * q_dim + (size_t)att_s_head(kh, i, group, n_kv_heads) * head_dim + d];
+            q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * head_dim + d];
     }
     __syncthreads();
     float wmax[ATT_S_MAX_G];
@@ -1362,7 +1367,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
                     if (moff >= 0) s = s * 1.00000012f;
 #endif
                 }
-                if (lane == 0) scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + j] = s;
+                if (lane == 0) scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = s;
                 wmax[i] = fmaxf(wmax[i], s);
             }
         }
@@ -1389,7 +1394,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
         __syncthreads();  // s_m is set; the previous sub-chunk's exps and slots are spent
         for (int x = tid; x < group * nc; x += ATT_S_THREADS) {
             int i = x / nc, jj = x - i * nc;
-            float s = scores[soff_sc + (size_t)att_s_head(kh, i, group, n_kv_heads) * n_kv + c0 + jj];
+            float s = scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + c0 + jj];
             s_e[i * ATT_S_SUB + jj] = s == NEG_INF ? 0.f : expf(s - s_m[i]);
         }
         for (int x = tid; x < nc; x += ATT_S_THREADS) s_slot[x] = slots[soff + c0 + x];
@@ -1416,7 +1421,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
 #pragma unroll
     for (int i = 0; i < ATT_S_MAX_G; i++) {
         if (i < group) {
-            int h = att_s_head(kh, i, group, n_kv_heads);
+            int h = att_query_head(kh, i, group, n_kv_heads);
             float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * (head_dim + 2);
             if (tid == i) {
                 pp[0] = s_m[i];
@@ -1567,9 +1572,9 @@ __device__ __forceinline__ void attention_flash_body(
     float* qs = vs + ATT_F_KEYS * S;
     int n_warps = blockDim.x >> 5;
     u32* s_slot = (u32*)(qs + 16 * n_warps * S);
-    __shared__ size_t m_off[16 * ATT_F_MAX_WARPS];
+    __shared__ size_t m_off[16 * ATT_F_MAX_WARPS], m_o[16 * ATT_F_MAX_WARPS];
     __shared__ int m_lo[16 * ATT_F_MAX_WARPS], m_pos[16 * ATT_F_MAX_WARPS],
-        m_moff[16 * ATT_F_MAX_WARPS], m_o[16 * ATT_F_MAX_WARPS];
+        m_moff[16 * ATT_F_MAX_WARPS];
     const float NEG_INF = __int_as_float(0xff800000);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int group = n_heads / n_kv_heads, kh = blockIdx.y;
@@ -1580,39 +1585,27 @@ __device__ __forceinline__ void attention_flash_body(
     int r_end = min(n_rows, (int)(blockIdx.x + 1) * tile_rows);
     for (int r0 = blockIdx.x * tile_rows; r0 < r_end;) {
         int soff = info[r0 * ROW_INFO], n_kv = info[r0 * ROW_INFO + 1];
-        int r1 = r0 + 1;
-        while (r1 < r_end && info[r1 * ROW_INFO] == soff) r1++;
+        int r1 = att_run_end(info, r0, r_end);
         int nrh = (r1 - r0) * group;
         __syncthreads();  // the previous run is done with the shared tables and rows
         for (int rh = tid; rh < nrh; rh += blockDim.x) {
             int r = r0 + rh / group, gi = rh % group;
             const int* ri = info + r * ROW_INFO;
-            int h = kh * group + gi;
-#ifdef FAULT_WRONG_KV_HEAD
-            h = kh + gi * n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
-#endif
+            int h = att_query_head(kh, gi, group, n_kv_heads);
             int pos = ri[2];
             m_pos[rh] = pos;
             m_lo[rh] = window > 0 ? max(0, pos - window + 1) : 0;
             m_moff[rh] = ri[4];
             m_off[rh] = (size_t)ri[3] + (size_t)h * n_kv;
-            m_o[rh] = r * q_dim + h * D;
+            m_o[rh] = (size_t)r * q_dim + (size_t)h * D;
         }
+        __syncthreads();
+        // The run's q rows (a row-head's q and output share an offset), zeros past its end.
         for (int i = tid; i < 16 * n_warps * D; i += blockDim.x) {
             int rh = i / D, d = i - rh * D;
-            qs[rh * S + d] = rh < nrh ? q[(size_t)(r0 + rh / group) * q_dim +
-                                          (size_t)(kh * group + rh % group) * D + d]
-                                      : 0.f;
+            qs[rh * S + d] = rh < nrh ? q[m_o[rh] + d] : 0.f;
         }
         __syncthreads();
-#ifdef FAULT_WRONG_KV_HEAD
-        // The q rows staged above are the grouped heads; the fault reads the interleaved ones.
-        for (int i = tid; i < nrh * D; i += blockDim.x) {
-            int rh = i / D, d = i - rh * D;
-            qs[rh * S + d] = q[(size_t)m_o[rh] + d];
-        }
-        __syncthreads();
-#endif
         int tlo = n_kv, thi = -1;
         for (int rh = 0; rh < nrh; rh += group) {
             tlo = min(tlo, m_lo[rh]);
@@ -1760,7 +1753,7 @@ __device__ __forceinline__ void attention_flash_body(
 #pragma unroll
             for (int d0 = 0; d0 < D; d0 += 32) {
                 float v = os[rr * S + d0 + lane];
-                size_t oi = (size_t)m_o[rh] + d0 + lane;
+                size_t oi = m_o[rh] + d0 + lane;
                 out[oi] = v;
                 if (q8q != nullptr) q8_block(v, q8q, q8d, oi / 32);
             }

@@ -23,6 +23,20 @@ fn gxx_present() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// Whether g++ is here to compile the emulation; without it the test says it skipped, and fails
+/// where `LOCKSTEP_REQUIRE_GXX` demands it (CI).
+fn gxx_or_skip() -> bool {
+    if gxx_present() {
+        return true;
+    }
+    eprintln!("SKIPPED: no g++ to compile the kernels' CPU emulation");
+    assert!(
+        std::env::var_os("LOCKSTEP_REQUIRE_GXX").is_none(),
+        "LOCKSTEP_REQUIRE_GXX is set but g++ is missing"
+    );
+    false
+}
+
 fn emulate(cases: &str, seed: &str, perturb: bool, head_dim: Option<&str>) -> (bool, String) {
     emulate_with(cases, seed, perturb, head_dim, false)
 }
@@ -54,12 +68,7 @@ fn emulate_with(
 
 #[test]
 fn tiled_attention_is_bitwise_the_row_kernel() {
-    if !gxx_present() {
-        eprintln!("SKIPPED: no g++ to compile the kernels' CPU emulation");
-        assert!(
-            std::env::var_os("LOCKSTEP_REQUIRE_GXX").is_none(),
-            "LOCKSTEP_REQUIRE_GXX is set but g++ is missing"
-        );
+    if !gxx_or_skip() {
         return;
     }
     let (ok, text) = emulate("6", "11", false, None);
@@ -97,12 +106,7 @@ fn tiled_attention_is_bitwise_the_row_kernel() {
 /// layouts, so a wrong fragment index fails here. A perturbed output is caught.
 #[test]
 fn flash_attention_is_within_the_f32_bound() {
-    if !gxx_present() {
-        eprintln!("SKIPPED: no g++ to compile the kernels' CPU emulation");
-        assert!(
-            std::env::var_os("LOCKSTEP_REQUIRE_GXX").is_none(),
-            "LOCKSTEP_REQUIRE_GXX is set but g++ is missing"
-        );
+    if !gxx_or_skip() {
         return;
     }
     let (ok, text) = emulate_with("3", "5", false, Some("64"), true);
