@@ -1,13 +1,14 @@
 #!/bin/bash
 # Per-kernel GPU time and DRAM traffic of decode steps (Nsight Compute), for one model:
 # bench/ncu_decode.sh MODEL [LAUNCHES] [SKIP]. Eager steps (graphs off) so each kernel is
-# profiled alone; the kernels are the ones graphs replay. Prints, per kernel name: calls, total
+# profiled alone; the kernels are the ones graphs replay. NCU_FLAGS adds ncu options (e.g.
+# "--clock-control none --cache-control none": clocks and caches as in a replay). Prints, per kernel name: calls, total
 # and mean time, share, and achieved read bandwidth (DRAM bytes read / time).
 set -u
 B=${LOCKSTEP:-./.device/lockstep}
 M=$1; N=${2:-600}; S=${3:-3000}
 export LOCKSTEP_CUDA_CACHE=/tmp/cubin
-LOCKSTEP_CUDA_GRAPHS=0 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
+LOCKSTEP_CUDA_GRAPHS=0 /usr/local/cuda/bin/ncu ${NCU_FLAGS:-} --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv \
   --launch-skip $S --launch-count $N $B bench --backend cuda -m $M -p 0 -n 64 -r 1 > /tmp/ncu.csv 2>/dev/null
 python3 - <<'PY'
 import csv, collections

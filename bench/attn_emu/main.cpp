@@ -218,6 +218,39 @@ int main(int argc, char** argv) {
             if (!ok) fails++;
             if (bad_q) fails++;
         }
+        // Short decode kernels (`cuda` decode steps of contexts under 128 keys; run here on the
+        // first rows, each independent, as if each were its sequence's decode row): f32, held to
+        // the same bound, and their fused quantization to the q8 rule.
+        bool short_ctx = true;
+        for (auto& q : seqs) short_ctx = short_ctx && q.slots.size() <= 128;
+        if ((hd == 64 || hd == 128) && group <= 8 && short_ctx) {
+            int sr = std::min(n_rows, 16);
+            std::vector<float> sc5(n_scores, 9.f), out5(out0.size(), 9.f);
+            std::vector<signed char> q85(out0.size(), 77);
+            std::vector<Q8Blk> ds5(nb, Q8Blk{-5.f, -5});
+            launch({(unsigned)sr, (unsigned)n_kvh, 1}, 256, 0, [&] {
+                if (hd == 64)
+                    attention_decode_64(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                        sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
+                else
+                    attention_decode_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                         sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
+            });
+            size_t bad_q = q8_wrong(out5, q85, ds5, (size_t)sr * q_dim / 32);
+            if (getenv("ATTN_EMU_PERTURB")) {
+                size_t i = (size_t)sr * q_dim / 2;
+                out5[i] += 1e-3f * std::fabs(out5[i]) + 1e-3f;
+            }
+            size_t bad_s = 0, bad_o = 0;
+            double worst = 0.0;
+            within_bounds(sr, sc5, out5, bad_s, bad_o, worst);
+            bool ok = bad_s == 0 && bad_o == 0;
+            printf("case %d decode rows %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s\n", cs,
+                   sr, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
+                   bad_q ? ", decode q8: MISMATCH" : ", decode q8: ok");
+            if (!ok) fails++;
+            if (bad_q) fails++;
+        }
         // Flash prefill kernels (`cuda` prefill steps): TF32 tensor cores with the 3-term split
         // and an f32 online softmax, held to the same bound on every row; random warps per block
         // (tiles of 16 warps / group rows, cut into per-sequence runs), output quantization to

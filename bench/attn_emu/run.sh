@@ -3,7 +3,8 @@
 # `attention_tile[_wide]`, `attention_split` and `attention_combine` compiled as C++ (one std::thread per CUDA thread, std::barrier for
 # __syncthreads), run on random batches (GQA, windows, masks, several sequences, head sizes
 # 8..512, exp underflow) with random tilings, compared bitwise (scores, probs, output); and
-# `attention_split` + `attention_combine` (f32 split-key decode) held to verify's bound.
+# `attention_split` + `attention_combine` (f32 split-key decode), `attention_decode_<D>` (f32
+# short decode) and `attention_flash_<D>` held to verify's bound.
 # Usage: bench/attn_emu/run.sh [cases] [seed] [extra g++ flags, e.g. -DFAULT_WRONG_KV_HEAD]
 # HD=512 forces the head size. Heavy on threads: run it niced.
 set -e

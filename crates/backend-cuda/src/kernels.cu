@@ -17,10 +17,18 @@ typedef unsigned int u32;
 // or write, so an early launch can never read a value not yet written nor overwrite one still
 // to be read. The second instruction lets the next kernel launch once all of this grid's blocks
 // are running. Outside such a graph (eager steps, older GPUs) both do nothing.
+//
+// GRID_WAIT and GRID_LAUNCH are GRID_ENTER's two halves, for the decode mat-vecs, which load their
+// first weights before waiting: weights are written once, at upload, never by a kernel, so
+// reading them early is safe, and the load overlaps the end of the kernel before (see fast_rows).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#define GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define GRID_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #else
 #define GRID_ENTER()
+#define GRID_WAIT()
+#define GRID_LAUNCH()
 #endif
 
 // Type ids are GGUF's (ggml_type).
@@ -1492,6 +1500,181 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
     }
 }
 
+// SHORT DECODE ATTENTION (`attention_decode_<D>`, heads of D = 64 or 128 values): run by `cuda`
+// (fast numerics, not deterministic) for decode steps (one row a sequence) whose sequences all
+// attend over fewer than plan::ATT_SPLIT_FROM_KEYS keys, where the split-key kernels do not run.
+// A decode step's attention moves few bytes; what it costs is its chain of dependent memory
+// round trips and barriers (the row kernel: nine, 8.8 us a layer on SmolLM2 in Nsight Compute),
+// so every stage here is at most one round trip. One block per (row, KV head), all `group`
+// query heads of it (GQA: each K and V row is read once for the group):
+//  - the group's q rows, the visible range's slots and mask bits to shared memory;
+//  - scores: one thread per (key, half of the head) loads its half of the K row at once
+//    (float4s) and forms the f32 dot with every query head of the group from shared memory;
+//    the halves' sums added, times scale, -inf where masked; written to `scores` when it is
+//    given (the kq tap: the values the softmax below consumes);
+//  - softmax in f32, one warp per query head: the max, p = expf(s - max), their sum;
+//  - O = P V: one thread per (4 consecutive values of the head, key group) loads every V row
+//    of its keys at once; the key groups' sums meet in shared memory, added in group order;
+//    out = O / sum (0 for a row without a visible key, as `attention`), written and quantized
+//    for the next matmul (`q8q`), 32 consecutive values a warp, as the other kernels do.
+// Per-key probabilities are never formed: kq_softmax is hidden, as with the split kernels. The
+// arithmetic is f32 throughout, held to the isolation bound like the split and flash kernels.
+#define ATT_D_THREADS 256
+#define ATT_D_MAX_KEYS 128
+#define ATT_D_MAX_G 8
+
+template <int D>
+__device__ __forceinline__ void attention_decode_body(
+    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
+    float scale, int window, signed char* q8q, Q8Blk* q8d) {
+    const float NEG_INF = __int_as_float(0xff800000);
+    constexpr int HALF = D / 2;                // values of a K row one thread takes
+    constexpr int C4 = D / 4;                  // float4s in a row
+    constexpr int KG = ATT_D_THREADS / C4;     // key groups of O = P V
+    constexpr int KPT = ATT_D_MAX_KEYS / KG;   // the most keys a thread of O = P V takes
+    // Scores' halves (2 x groups x keys), later the key groups' O sums (KG x groups x D): both
+    // 32 KB at most, never live together.
+    __shared__ __align__(16) float s_a[ATT_D_THREADS * 32];
+    __shared__ __align__(16) float s_q[ATT_D_MAX_G * D];
+    __shared__ float s_p[ATT_D_MAX_G * ATT_D_MAX_KEYS];
+    __shared__ u32 s_slot[ATT_D_MAX_KEYS];
+    __shared__ unsigned char s_vis[ATT_D_MAX_KEYS];
+    __shared__ float s_sum[ATT_D_MAX_G];
+    int row = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int* ri = info + row * ROW_INFO;
+    int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
+    size_t soff_sc = (size_t)ri[3];
+    int group = n_heads / n_kv_heads;
+#ifdef FAULT_KV_VIEW_OFFSET
+    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
+#endif
+    int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int hi = min(pos, n_kv - 1);
+    int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
+    if (scores != nullptr)
+        for (int j = tid; j < n_kv; j += ATT_D_THREADS)
+            if (j < lo || j > hi)
+                for (int i = 0; i < group; i++)
+                    scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    for (int x = tid; x < group * D; x += ATT_D_THREADS) {
+        int i = x / D, d = x - i * D;
+        s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d];
+    }
+    for (int jj = tid; jj < n; jj += ATT_D_THREADS) {
+        s_slot[jj] = slots[soff + lo + jj];
+        s_vis[jj] = moff < 0 || mask[moff + lo + jj];
+    }
+    __syncthreads();
+    {
+        int jj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
+        if (jj < n && s_vis[jj]) {
+            const float4* kr =
+                (const float4*)(kc + (base + s_slot[jj]) * kv_dim + (size_t)kh * D + hf * HALF);
+            float4 kv[HALF / 4];
+#pragma unroll
+            for (int c = 0; c < HALF / 4; c++) kv[c] = kr[c];
+            for (int i = 0; i < group; i++) {
+                const float4* qr = (const float4*)(s_q + i * D + hf * HALF);
+                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+                for (int c = 0; c < HALF / 4; c++) {
+                    float4 qq = qr[c];
+                    a0 += qq.x * kv[c].x;
+                    a1 += qq.y * kv[c].y;
+                    a2 += qq.z * kv[c].z;
+                    a3 += qq.w * kv[c].w;
+                }
+                s_a[(hf * ATT_D_MAX_G + i) * ATT_D_MAX_KEYS + jj] = (a0 + a1) + (a2 + a3);
+            }
+        }
+    }
+    __syncthreads();
+    for (int i = warp; i < group; i += ATT_D_THREADS / 32) {
+        int h = att_query_head(kh, i, group, n_kv_heads);
+        float s[ATT_D_MAX_KEYS / 32];
+        float m = NEG_INF;
+#pragma unroll
+        for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+            int jj = lane + 32 * t;
+            float v = NEG_INF;
+            if (jj < n && s_vis[jj]) {
+                v = (s_a[i * ATT_D_MAX_KEYS + jj] + s_a[(ATT_D_MAX_G + i) * ATT_D_MAX_KEYS + jj]) * scale;
+#ifdef FAULT_MASK_DRIFT
+                // seeded fault: with an explicit mask the score takes another path, one ulp off
+                if (moff >= 0) v = v * 1.00000012f;
+#endif
+            }
+            if (jj < n && scores != nullptr) scores[soff_sc + (size_t)h * n_kv + lo + jj] = v;
+            s[t] = v;
+            m = fmaxf(m, v);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float l = 0.f;
+#pragma unroll
+        for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+            float p = s[t] == NEG_INF ? 0.f : expf(s[t] - m);
+            s_p[i * ATT_D_MAX_KEYS + lane + 32 * t] = p;
+            l += p;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) s_sum[i] = l;
+    }
+    __syncthreads();
+    {
+        int c = tid % C4, kg = tid / C4;
+        const float* vb = vc + (size_t)kh * D + 4 * c;
+        float4 vv[KPT];
+#pragma unroll
+        for (int r = 0; r < KPT; r++) {
+            int jj = kg + r * KG;
+            vv[r] = jj < n && s_vis[jj] ? *(const float4*)(vb + (base + s_slot[jj]) * kv_dim)
+                                        : float4{0.f, 0.f, 0.f, 0.f};
+        }
+        for (int i = 0; i < group; i++) {
+            float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int r = 0; r < KPT; r++) {
+                int jj = kg + r * KG;
+                float p = jj < n ? s_p[i * ATT_D_MAX_KEYS + jj] : 0.f;
+                a.x += p * vv[r].x;
+                a.y += p * vv[r].y;
+                a.z += p * vv[r].z;
+                a.w += p * vv[r].w;
+            }
+            *(float4*)(s_a + ((size_t)kg * ATT_D_MAX_G + i) * D + 4 * c) = a;
+        }
+    }
+    __syncthreads();
+    for (int x0 = 0; x0 < group * D; x0 += ATT_D_THREADS) {
+        // Whole warps step together (group * D is a multiple of 32).
+        if (x0 + (tid & ~31) >= group * D) break;
+        int x = x0 + tid, i = x / D, d = x - i * D;
+        float a = 0.f;
+        for (int g = 0; g < KG; g++) a += s_a[((size_t)g * ATT_D_MAX_G + i) * D + d];
+        float l = s_sum[i];
+        float v = l > 0.f ? a / l : 0.f;
+        size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d;
+        out[o] = v;
+        if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
+    }
+}
+
+#define ATTENTION_DECODE(D)                                                                      \
+    extern "C" __global__ void __launch_bounds__(ATT_D_THREADS) attention_decode_##D(             \
+        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
+        float scale, int window, signed char* q8q, Q8Blk* q8d) {                                 \
+        GRID_ENTER();                                                                            \
+        attention_decode_body<D>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,       \
+                                 n_kv_heads, scale, window, q8q, q8d);                           \
+    }
+ATTENTION_DECODE(64)
+ATTENTION_DECODE(128)
+
 // FLASH PREFILL ATTENTION (`attention_flash_<D>`, heads of D = 64 or 128 values): run by `cuda`
 // (fast numerics, not deterministic) for steps with several rows of one sequence (prefill),
 // on tensor cores. One block per (tile of `tile_rows` batch rows, KV head): its warps hold 16
@@ -2243,8 +2426,11 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
     return v;
 }
 
-// NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR).
-template <int TY, int NT, bool PAIR>
+// NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR). With EARLY
+// the kernel has not yet waited for the grid before it (GRID_WAIT): each lane loads its first
+// unit's weights, then waits, then reads activations; the same loads and arithmetic in the same
+// order as without, so the result is bitwise the same.
+template <int TY, int NT, bool PAIR, bool EARLY = false>
 __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __restrict__ W2,
                                           const signed char* __restrict__ xq,
                                           const Q8Blk* __restrict__ xd, float* __restrict__ y,
@@ -2262,12 +2448,20 @@ __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __
     for (int i = 0; i < NT; i++) acc[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < (PAIR ? NT : 1); i++) acc2[i] = 0.0f;
+    FastUnit<TY> w, w2;
+    if constexpr (EARLY) {
+        if (lane < units) {
+            w.load(row, lane);
+            if constexpr (PAIR) w2.load(row2, lane);
+        }
+        GRID_WAIT();
+    }
     for (int u = lane; u < units; u += 32) {
-        FastUnit<TY> w;
-        w.load(row, u);
+        if (!EARLY || u != lane) {
+            w.load(row, u);
+            if constexpr (PAIR) w2.load(row2, u);
+        }
         if constexpr (PAIR) {
-            FastUnit<TY> w2;
-            w2.load(row2, u);
 #pragma unroll
             for (int i = 0; i < NT; i++) {
                 const signed char* xr = xq + (size_t)(t + i) * k;
@@ -2330,7 +2524,7 @@ __device__ __forceinline__ void fast_tiles(const u8* __restrict__ W, const u8* _
                                            float* __restrict__ y2, float* __restrict__ y3, int n,
                                            int k, int m, int r, int act, double cgelu) {
     if constexpr (ONE) {
-        fast_rows<TY, 1, PAIR>(W, W2, xq, xd, y, y2, y3, 0, k, m, r, act, cgelu);
+        fast_rows<TY, 1, PAIR, true>(W, W2, xq, xd, y, y2, y3, 0, k, m, r, act, cgelu);
         return;
     }
     for (int t0 = blockIdx.y * 8; t0 < n; t0 += gridDim.y * 8) {
@@ -2371,27 +2565,35 @@ __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const 
     }
 }
 
+// A fast kernel's entry: the one-row (decode) builds let the next kernel launch and leave the
+// wait to fast_rows, after their first weight loads; the tile builds wait here.
+template <bool ONE>
+__device__ __forceinline__ void fast_enter() {
+    if constexpr (ONE) GRID_LAUNCH();
+    else GRID_ENTER();
+}
+
 // Per type with a fast kernel: mmv_fast_<id> (matmul) and gate_up_fast_<id> (the fused
 // gate/up/activation: one warp per row of each weight, the same activation rows).
 #define FAST_KERNELS(TY, NAME, ONE)                                                             \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_##NAME##_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n, \
                           int k, int m) {                                                       \
-        GRID_ENTER();                                                                           \
+        fast_enter<ONE>();                                                                      \
         mmv_fast_body<TY, false, ONE>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);\
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         gate_up_##NAME##_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                \
                               const Q8Blk* xd, float* g, float* u, float* a, int n, int k,      \
                               int m, int act, double c) {                                       \
-        GRID_ENTER();                                                                           \
+        fast_enter<ONE>();                                                                      \
         mmv_fast_body<TY, true, ONE>(Wg, Wu, xq, xd, g, u, a, n, k, m, act, c);                 \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv3_##NAME##_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,     \
                            const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,      \
                            int m0, int m1, int m2) {                                            \
-        GRID_ENTER();                                                                           \
+        fast_enter<ONE>();                                                                      \
         mmv3_fast_body<TY, ONE>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);              \
     }
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the

@@ -245,6 +245,8 @@ struct Kernels {
     /// The split-key decode attention (`plan::use_split_attention`) and its combination.
     attention_split: CudaFunction,
     attention_combine: CudaFunction,
+    /// The short decode attention (`plan::use_decode_attention`), heads of 64 and 128 values.
+    attention_decode: (CudaFunction, CudaFunction),
     /// The flash prefill attention (`plan::use_flash_attention`), heads of 64 and 128 values;
     /// `None` where its blocks could not get their shared memory.
     attention_flash: Option<(CudaFunction, CudaFunction)>,
@@ -698,6 +700,7 @@ impl CudaBackend {
             attention_tile_wide,
             attention_split: f("attention_split")?,
             attention_combine: f("attention_combine")?,
+            attention_decode: (f("attention_decode_64")?, f("attention_decode_128")?),
             attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
             n_sms: ctx
                 .attribute(
@@ -1936,8 +1939,8 @@ impl Backend for CudaBackend {
     }
 
     fn hidden_taps(&self) -> &'static [&'static str] {
-        // The split-key decode attention normalizes whole spans, the flash prefill attention
-        // running sums: never single keys.
+        // The split-key decode attention normalizes whole spans, the short decode attention
+        // whole rows at their end, the flash prefill attention running sums: never single keys.
         if self.split_attention {
             &["kq_softmax"]
         } else {
@@ -2857,6 +2860,16 @@ impl Backend for CudaBackend {
             hd,
             plan::long_context(batch),
         );
+        let decode = plan::use_decode_attention(
+            choice,
+            self.split_attention,
+            q.rows,
+            batch.seqs.len(),
+            p.n_heads,
+            p.n_kv_heads,
+            hd,
+            plan::long_context(batch),
+        );
         let flash = self.k.attention_flash.is_some()
             && plan::use_flash_attention(
                 choice,
@@ -2938,6 +2951,48 @@ impl Backend for CudaBackend {
                 // q.rows x q_dim floats and the q8 buffers that many values.
                 unsafe { b.launch(cfg) }
                     .map_err(|e| BackendError::Other(format!("cuda attention_combine: {e}")))?;
+            } else if decode && q.rows > 0 {
+                let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
+                let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
+                let null = 0u64;
+                let (d64, d128) = &self.k.attention_decode;
+                let mut b = self
+                    .stream
+                    .launch_builder(if hd == 64 { d64 } else { d128 });
+                b.arg(q.buf())
+                    .arg(&cache.k)
+                    .arg(&cache.v)
+                    .arg(&dev.slots)
+                    .arg(&dev.info)
+                    .arg(&dev.mask);
+                // The scores are written only for a listener (the kq tap).
+                if taps.active() {
+                    b.arg(&s.scores);
+                } else {
+                    b.arg(&null);
+                }
+                b.arg(&mut out)
+                    .arg(&base)
+                    .arg(&nh)
+                    .arg(&nkh)
+                    .arg(&p.scale)
+                    .arg(&window);
+                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
+                match parts.as_mut() {
+                    Some((qq, dd)) => b.arg(qq).arg(dd),
+                    None => b.arg(&null).arg(&null),
+                };
+                let cfg = LaunchConfig {
+                    grid_dim: (q.rows as u32, p.n_kv_heads as u32, 1),
+                    block_dim: (plan::ATT_DECODE_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: the plan checked every slot against the cache, every row's sequence and
+                // mask; the score buffer holds n_scores values; the step is short (every row
+                // attends over fewer than `plan::ATT_DECODE_MAX_KEYS` keys) and its group and
+                // head size are the block's (`plan::use_decode_attention`).
+                unsafe { b.launch(cfg) }
+                    .map_err(|e| BackendError::Other(format!("cuda attention_decode: {e}")))?;
             } else if let (true, Some((f64k, f128k)), true) =
                 (flash, self.k.attention_flash.as_ref(), q.rows > 0)
             {
@@ -3088,9 +3143,9 @@ impl Backend for CudaBackend {
                 taps.emit_layer(layer, "kq", || {
                     HostTensor::new(vec![n_scores], self.host_f32("kq tap", &s.scores, n_scores))
                 });
-                // The split-key and flash paths never form per-key probabilities
-                // (`hidden_taps`).
-                if !split && !flash {
+                // The split-key, short decode and flash paths never form per-key
+                // probabilities (`hidden_taps`).
+                if !split && !decode && !flash {
                     taps.emit_layer(layer, "kq_softmax", || {
                         let mut v = self
                             .stream

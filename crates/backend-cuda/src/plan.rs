@@ -328,6 +328,42 @@ pub fn use_split_attention(
     allowed && fits && n_rows <= n_seqs && wanted
 }
 
+/// Head sizes with a short decode attention kernel (`attention_decode_<D>`).
+pub const ATT_DECODE_HEADS: [usize; 2] = [64, 128];
+/// Query heads per KV head one `attention_decode` block serves (`ATT_D_MAX_G`).
+pub const ATT_DECODE_MAX_GROUP: usize = 8;
+/// Threads of an `attention_decode` block (`ATT_D_THREADS`).
+pub const ATT_DECODE_THREADS: u32 = 256;
+/// The most keys a row of `attention_decode` attends over (`ATT_D_MAX_KEYS`): the steps it runs
+/// are short (`long_context` false: every sequence has fewer than [`ATT_SPLIT_FROM_KEYS`]).
+pub const ATT_DECODE_MAX_KEYS: usize = 128;
+const _: () = assert!(ATT_SPLIT_FROM_KEYS <= ATT_DECODE_MAX_KEYS);
+
+/// Whether a step runs the short decode attention (`attention_decode_<D>`): only where the
+/// backend allows it (`cuda`: fast numerics, not deterministic), only for decode steps (one row
+/// a sequence) of short contexts (`long` false; long ones take the split-key kernels), only for
+/// the head sizes it has kernels for and groups its blocks hold, and not when
+/// `LOCKSTEP_CUDA_ATTN` asks for another kernel. Like the split choice, a function of the
+/// step's shape and context class, both in the step graphs' key.
+#[allow(clippy::too_many_arguments)]
+pub fn use_decode_attention(
+    choice: AttnChoice,
+    allowed: bool,
+    n_rows: usize,
+    n_seqs: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+    long: bool,
+) -> bool {
+    let fits = n_kv_heads > 0
+        && n_heads.is_multiple_of(n_kv_heads)
+        && n_heads / n_kv_heads <= ATT_DECODE_MAX_GROUP
+        && ATT_DECODE_HEADS.contains(&head_dim);
+    let wanted = matches!(choice, AttnChoice::Auto | AttnChoice::Unsplit);
+    allowed && fits && n_rows <= n_seqs && !long && wanted
+}
+
 /// Head sizes with a flash prefill kernel (`attention_flash_<D>`).
 pub const ATT_FLASH_HEADS: [usize; 2] = [64, 128];
 /// Keys a flash block stages at a time (`ATT_F_KEYS`).
@@ -685,6 +721,36 @@ mod tests {
         assert!(!use_row_attention(Auto, 65, 64, 64));
         assert!(use_row_attention(Row, 512, 1, 256));
         assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
+
+    #[test]
+    fn decode_attention_runs_short_decode_steps_the_split_kernels_leave() {
+        use AttnChoice::*;
+        // SmolLM2 (9/3 x 64), Llama-3.2-1B (32/8 x 64) and Llama-3.1-8B (32/8 x 128) decode
+        // steps of short contexts, one sequence or several.
+        assert!(use_decode_attention(Auto, true, 1, 1, 9, 3, 64, false));
+        assert!(use_decode_attention(Auto, true, 1, 1, 32, 8, 64, false));
+        assert!(use_decode_attention(Auto, true, 16, 16, 32, 8, 128, false));
+        assert!(use_decode_attention(Unsplit, true, 1, 1, 32, 8, 128, false));
+        // Where the split kernels run (long contexts, Gemma-3's heads of 256) it does not, and
+        // the two choices never overlap on a shape either takes.
+        for (nh, nkh, hd) in [(9, 3, 64), (32, 8, 64), (32, 8, 128), (4, 1, 256)] {
+            for long in [false, true] {
+                let d = use_decode_attention(Auto, true, 1, 1, nh, nkh, hd, long);
+                let s = use_split_attention(Auto, true, 1, 1, nh, nkh, hd, long);
+                assert!(!(d && s), "{nh}/{nkh} x {hd} long {long}");
+                assert!(d || s, "{nh}/{nkh} x {hd} long {long}: neither");
+            }
+        }
+        // Not for cuda-det / cuda-exact, prefills, forced kernels, or layouts it cannot hold.
+        assert!(!use_decode_attention(Auto, false, 1, 1, 32, 8, 64, false));
+        assert!(!use_decode_attention(Auto, true, 2, 1, 32, 8, 64, false));
+        assert!(!use_decode_attention(Row, true, 1, 1, 32, 8, 64, false));
+        assert!(!use_decode_attention(Tile, true, 1, 1, 32, 8, 64, false));
+        assert!(!use_decode_attention(Split, true, 1, 1, 32, 8, 64, false));
+        assert!(!use_decode_attention(Auto, true, 1, 1, 32, 2, 64, false));
+        assert!(!use_decode_attention(Auto, true, 1, 1, 8, 8, 96, false));
+        assert!(!use_decode_attention(Auto, true, 1, 1, 4, 1, 256, false));
     }
 
     #[test]

@@ -91,8 +91,9 @@ fn tiled_attention_is_bitwise_the_row_kernel() {
         !ok && text.contains("| tile") && text.contains("quantized: MISMATCH"),
         "a perturbed output passed:\n{text}"
     );
-    // Five from the row, split and tiled kernels, one from the flash kernel (heads of 64).
-    assert_eq!(text.matches("MISMATCH").count(), 6, "{text}");
+    // Five from the row, split and tiled kernels, one each from the short decode and flash
+    // kernels (heads of 64).
+    assert_eq!(text.matches("MISMATCH").count(), 7, "{text}");
     assert!(
         text.contains("split rows") && text.contains("1 outputs out of bound"),
         "{text}"
@@ -122,6 +123,40 @@ fn flash_attention_is_within_the_f32_bound() {
     assert!(
         text.lines()
             .any(|l| l.contains(" flash hd 64 ") && l.contains("1 outputs out of bound")),
+        "{text}"
+    );
+}
+
+/// The short decode kernels (`attention_decode_64` / `_128`: one block per row and KV head, f32)
+/// within the bound verify holds them to, on contexts up to 128 keys (windows, masks, GQA
+/// groups up to 8), with their fused output quantization. A perturbed output is caught.
+#[test]
+fn decode_attention_is_within_the_f32_bound() {
+    if !gxx_or_skip() {
+        return;
+    }
+    for (hd, seed, long) in [("64", "3", false), ("128", "5", false), ("64", "5", true)] {
+        let (ok, text) = emulate_with("4", seed, false, Some(hd), long);
+        assert!(ok, "emulation failed (heads of {hd}):\n{text}");
+        let decode_ok = text
+            .lines()
+            .filter(|l| {
+                l.contains(" decode rows ")
+                    && l.contains(": within bounds (0 scores, 0 outputs")
+                    && l.ends_with("decode q8: ok")
+            })
+            .count();
+        // Long contexts (over 128 keys) are not the kernel's: those cases skip it.
+        assert!(
+            decode_ok >= if long { 1 } else { 4 },
+            "heads of {hd}:\n{text}"
+        );
+    }
+    let (ok, text) = emulate("1", "7", true, Some("64"));
+    assert!(!ok, "a perturbed output passed:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" decode rows ") && l.contains("1 outputs out of bound")),
         "{text}"
     );
 }

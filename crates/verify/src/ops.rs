@@ -1512,6 +1512,35 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
             h.attention_case(c, kv_f16);
         }
     }
+    // Decode steps over short contexts, up to the longest short one (127 keys; cuda: the short
+    // decode attention, one block per row and KV head): Llama-8B's head layout with a window and
+    // a mask over three sequences, and a group of 8 query heads. Last too.
+    {
+        let kv_f16 = kv_cache_f16(arith, name);
+        let cases: [AttnCase<'static>; 2] = [
+            AttnCase {
+                label: "GQA short decode, 3 seqs, window, mask",
+                n_heads: 32,
+                n_kv_heads: 8,
+                head_dim: 128,
+                window: Some(50),
+                seqs: &[(126, 1), (40, 1), (0, 1)],
+                masked: true,
+            },
+            AttnCase {
+                label: "GQA short decode, group of 8",
+                n_heads: 16,
+                n_kv_heads: 2,
+                head_dim: 64,
+                window: None,
+                seqs: &[(90, 1), (5, 1)],
+                masked: false,
+            },
+        ];
+        for c in cases {
+            h.attention_case(c, kv_f16);
+        }
+    }
     OpsReport {
         backend: name.to_string(),
         arithmetic: arith,
