@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
         int hds[] = {8, 12, 16, 64, 64, 64, 67, 128, 256, 300, 512};
         int hd = hds[U(0, 10)]; if (getenv("HD")) hd = atoi(getenv("HD"));
         int n_kvh = U(1, 3), group = std::vector<int>{1, 2, 3, 4, 8}[U(0, 4)];
-        if (hd >= 256) group = std::min(group, 2);
+        if (hd >= 256) group = std::min(group, hd == 256 ? 4 : 2);
         int nh = n_kvh * group;
         int n_layers = 2, layer = U(0, 1);
         int n_slots = 200;
@@ -223,15 +223,18 @@ int main(int argc, char** argv) {
         // the same bound, and their fused quantization to the q8 rule.
         bool short_ctx = true;
         for (auto& q : seqs) short_ctx = short_ctx && q.slots.size() <= 128;
-        if ((hd == 64 || hd == 128) && group <= 8 && short_ctx) {
+        if ((hd == 64 || hd == 128 || hd == 256) && group <= (hd == 256 ? 4 : 8) && short_ctx) {
             int sr = std::min(n_rows, 16);
             std::vector<float> sc5(n_scores, 9.f), out5(out0.size(), 9.f);
             std::vector<signed char> q85(out0.size(), 77);
             std::vector<Q8Blk> ds5(nb, Q8Blk{-5.f, -5});
-            launch({(unsigned)sr, (unsigned)n_kvh, 1}, 256, 0, [&] {
+            launch({(unsigned)sr, (unsigned)n_kvh, 1}, hd == 256 ? 512 : 256, 0, [&] {
                 if (hd == 64)
                     attention_decode_64(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
                                         sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
+                else if (hd == 256)
+                    attention_decode_256(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                         sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
                 else
                     attention_decode_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
                                          sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());

@@ -1500,7 +1500,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
     }
 }
 
-// SHORT DECODE ATTENTION (`attention_decode_<D>`, heads of D = 64 or 128 values): run by `cuda`
+// SHORT DECODE ATTENTION (`attention_decode_<D>`, heads of D = 64, 128 or 256 values): run by `cuda`
 // (fast numerics, not deterministic) for decode steps (one row a sequence) whose sequences all
 // attend over fewer than plan::ATT_SPLIT_FROM_KEYS keys, where the split-key kernels do not run.
 // A decode step's attention moves few bytes; what it costs is its chain of dependent memory
@@ -1508,10 +1508,11 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
 // so every stage here is at most one round trip. One block per (row, KV head), all `group`
 // query heads of it (GQA: each K and V row is read once for the group):
 //  - the group's q rows, the visible range's slots and mask bits to shared memory;
-//  - scores: one thread per (key, half of the head) loads its half of the K row at once
-//    (float4s) and forms the f32 dot with every query head of the group from shared memory;
-//    the halves' sums added, times scale, -inf where masked; written to `scores` when it is
-//    given (the kq tap: the values the softmax below consumes);
+//  - scores: one thread per (key, part of the head: 2 parts of heads up to 128 values, 4 of
+//    256) loads its part of the K row at once (float4s) and forms the f32 dot with every query
+//    head of the group from shared memory; the parts' sums added in order, times scale, -inf
+//    where masked; written to `scores` when it is given (the kq tap: the values the softmax
+//    below consumes);
 //  - softmax in f32, one warp per query head: the max, p = expf(s - max), their sum;
 //  - O = P V: one thread per (4 consecutive values of the head, key group) loads every V row
 //    of its keys at once; the key groups' sums meet in shared memory, added in group order;
@@ -1519,9 +1520,15 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
 //    for the next matmul (`q8q`), 32 consecutive values a warp, as the other kernels do.
 // Per-key probabilities are never formed: kq_softmax is hidden, as with the split kernels. The
 // arithmetic is f32 throughout, held to the isolation bound like the split and flash kernels.
-#define ATT_D_THREADS 256
+// Blocks of 128 keys x P parts threads; groups of up to G query heads (8 for heads up to 128
+// values, 4 for 256: the shared memory below stays within 48 KB).
 #define ATT_D_MAX_KEYS 128
-#define ATT_D_MAX_G 8
+template <int D>
+struct AttDecodeShape {
+    static constexpr int P = D <= 128 ? 2 : D / 64;
+    static constexpr int THREADS = ATT_D_MAX_KEYS * P;
+    static constexpr int G = D <= 128 ? 8 : 4;
+};
 
 template <int D>
 __device__ __forceinline__ void attention_decode_body(
@@ -1529,18 +1536,23 @@ __device__ __forceinline__ void attention_decode_body(
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
     float scale, int window, signed char* q8q, Q8Blk* q8d) {
     const float NEG_INF = __int_as_float(0xff800000);
-    constexpr int HALF = D / 2;                // values of a K row one thread takes
+    constexpr int P = AttDecodeShape<D>::P, THREADS = AttDecodeShape<D>::THREADS;
+    constexpr int MAX_G = AttDecodeShape<D>::G;
+    constexpr int PART = D / P;                // values of a K row one thread takes
     constexpr int C4 = D / 4;                  // float4s in a row
-    constexpr int KG = ATT_D_THREADS / C4;     // key groups of O = P V
+    constexpr int KG = THREADS / C4;           // key groups of O = P V
     constexpr int KPT = ATT_D_MAX_KEYS / KG;   // the most keys a thread of O = P V takes
-    // Scores' halves (2 x groups x keys), later the key groups' O sums (KG x groups x D): both
+    // Scores' parts (P x groups x keys), later the key groups' O sums (KG x groups x D): both
     // 32 KB at most, never live together.
-    __shared__ __align__(16) float s_a[ATT_D_THREADS * 32];
-    __shared__ __align__(16) float s_q[ATT_D_MAX_G * D];
-    __shared__ float s_p[ATT_D_MAX_G * ATT_D_MAX_KEYS];
+    constexpr int A_FLOATS = P * MAX_G * ATT_D_MAX_KEYS > KG * MAX_G * D ? P * MAX_G * ATT_D_MAX_KEYS
+                                                                       : KG * MAX_G * D;
+    static_assert(A_FLOATS <= 8192, "attention_decode: shared memory");
+    __shared__ __align__(16) float s_a[A_FLOATS];
+    __shared__ __align__(16) float s_q[MAX_G * D];
+    __shared__ float s_p[MAX_G * ATT_D_MAX_KEYS];
     __shared__ u32 s_slot[ATT_D_MAX_KEYS];
     __shared__ unsigned char s_vis[ATT_D_MAX_KEYS];
-    __shared__ float s_sum[ATT_D_MAX_G];
+    __shared__ float s_sum[MAX_G];
     int row = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int* ri = info + row * ROW_INFO;
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
@@ -1554,15 +1566,15 @@ __device__ __forceinline__ void attention_decode_body(
     int hi = min(pos, n_kv - 1);
     int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
     if (scores != nullptr)
-        for (int j = tid; j < n_kv; j += ATT_D_THREADS)
+        for (int j = tid; j < n_kv; j += THREADS)
             if (j < lo || j > hi)
                 for (int i = 0; i < group; i++)
                     scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
-    for (int x = tid; x < group * D; x += ATT_D_THREADS) {
+    for (int x = tid; x < group * D; x += THREADS) {
         int i = x / D, d = x - i * D;
         s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d];
     }
-    for (int jj = tid; jj < n; jj += ATT_D_THREADS) {
+    for (int jj = tid; jj < n; jj += THREADS) {
         s_slot[jj] = slots[soff + lo + jj];
         s_vis[jj] = moff < 0 || mask[moff + lo + jj];
     }
@@ -1571,27 +1583,27 @@ __device__ __forceinline__ void attention_decode_body(
         int jj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
         if (jj < n && s_vis[jj]) {
             const float4* kr =
-                (const float4*)(kc + (base + s_slot[jj]) * kv_dim + (size_t)kh * D + hf * HALF);
-            float4 kv[HALF / 4];
+                (const float4*)(kc + (base + s_slot[jj]) * kv_dim + (size_t)kh * D + hf * PART);
+            float4 kv[PART / 4];
 #pragma unroll
-            for (int c = 0; c < HALF / 4; c++) kv[c] = kr[c];
+            for (int c = 0; c < PART / 4; c++) kv[c] = kr[c];
             for (int i = 0; i < group; i++) {
-                const float4* qr = (const float4*)(s_q + i * D + hf * HALF);
+                const float4* qr = (const float4*)(s_q + i * D + hf * PART);
                 float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll
-                for (int c = 0; c < HALF / 4; c++) {
+                for (int c = 0; c < PART / 4; c++) {
                     float4 qq = qr[c];
                     a0 += qq.x * kv[c].x;
                     a1 += qq.y * kv[c].y;
                     a2 += qq.z * kv[c].z;
                     a3 += qq.w * kv[c].w;
                 }
-                s_a[(hf * ATT_D_MAX_G + i) * ATT_D_MAX_KEYS + jj] = (a0 + a1) + (a2 + a3);
+                s_a[(hf * MAX_G + i) * ATT_D_MAX_KEYS + jj] = (a0 + a1) + (a2 + a3);
             }
         }
     }
     __syncthreads();
-    for (int i = warp; i < group; i += ATT_D_THREADS / 32) {
+    for (int i = warp; i < group; i += THREADS / 32) {
         int h = att_query_head(kh, i, group, n_kv_heads);
         float s[ATT_D_MAX_KEYS / 32];
         float m = NEG_INF;
@@ -1600,7 +1612,10 @@ __device__ __forceinline__ void attention_decode_body(
             int jj = lane + 32 * t;
             float v = NEG_INF;
             if (jj < n && s_vis[jj]) {
-                v = (s_a[i * ATT_D_MAX_KEYS + jj] + s_a[(ATT_D_MAX_G + i) * ATT_D_MAX_KEYS + jj]) * scale;
+                float dot = s_a[i * ATT_D_MAX_KEYS + jj];
+#pragma unroll
+                for (int pp = 1; pp < P; pp++) dot += s_a[(pp * MAX_G + i) * ATT_D_MAX_KEYS + jj];
+                v = dot * scale;
 #ifdef FAULT_MASK_DRIFT
                 // seeded fault: with an explicit mask the score takes another path, one ulp off
                 if (moff >= 0) v = v * 1.00000012f;
@@ -1645,16 +1660,16 @@ __device__ __forceinline__ void attention_decode_body(
                 a.z += p * vv[r].z;
                 a.w += p * vv[r].w;
             }
-            *(float4*)(s_a + ((size_t)kg * ATT_D_MAX_G + i) * D + 4 * c) = a;
+            *(float4*)(s_a + ((size_t)kg * MAX_G + i) * D + 4 * c) = a;
         }
     }
     __syncthreads();
-    for (int x0 = 0; x0 < group * D; x0 += ATT_D_THREADS) {
+    for (int x0 = 0; x0 < group * D; x0 += THREADS) {
         // Whole warps step together (group * D is a multiple of 32).
         if (x0 + (tid & ~31) >= group * D) break;
         int x = x0 + tid, i = x / D, d = x - i * D;
         float a = 0.f;
-        for (int g = 0; g < KG; g++) a += s_a[((size_t)g * ATT_D_MAX_G + i) * D + d];
+        for (int g = 0; g < KG; g++) a += s_a[((size_t)g * MAX_G + i) * D + d];
         float l = s_sum[i];
         float v = l > 0.f ? a / l : 0.f;
         size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d;
@@ -1664,7 +1679,7 @@ __device__ __forceinline__ void attention_decode_body(
 }
 
 #define ATTENTION_DECODE(D)                                                                      \
-    extern "C" __global__ void __launch_bounds__(ATT_D_THREADS) attention_decode_##D(             \
+    extern "C" __global__ void __launch_bounds__(AttDecodeShape<D>::THREADS) attention_decode_##D( \
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
         float scale, int window, signed char* q8q, Q8Blk* q8d) {                                 \
@@ -1674,6 +1689,7 @@ __device__ __forceinline__ void attention_decode_body(
     }
 ATTENTION_DECODE(64)
 ATTENTION_DECODE(128)
+ATTENTION_DECODE(256)
 
 // FLASH PREFILL ATTENTION (`attention_flash_<D>`, heads of D = 64 or 128 values): run by `cuda`
 // (fast numerics, not deterministic) for steps with several rows of one sequence (prefill),

@@ -245,8 +245,9 @@ struct Kernels {
     /// The split-key decode attention (`plan::use_split_attention`) and its combination.
     attention_split: CudaFunction,
     attention_combine: CudaFunction,
-    /// The short decode attention (`plan::use_decode_attention`), heads of 64 and 128 values.
-    attention_decode: (CudaFunction, CudaFunction),
+    /// The short decode attention (`plan::use_decode_attention`), heads of 64, 128 and 256
+    /// values.
+    attention_decode: [CudaFunction; 3],
     /// The flash prefill attention (`plan::use_flash_attention`), heads of 64 and 128 values;
     /// `None` where its blocks could not get their shared memory.
     attention_flash: Option<(CudaFunction, CudaFunction)>,
@@ -700,7 +701,11 @@ impl CudaBackend {
             attention_tile_wide,
             attention_split: f("attention_split")?,
             attention_combine: f("attention_combine")?,
-            attention_decode: (f("attention_decode_64")?, f("attention_decode_128")?),
+            attention_decode: [
+                f("attention_decode_64")?,
+                f("attention_decode_128")?,
+                f("attention_decode_256")?,
+            ],
             attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
             n_sms: ctx
                 .attribute(
@@ -2955,10 +2960,15 @@ impl Backend for CudaBackend {
                 let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
                 let null = 0u64;
-                let (d64, d128) = &self.k.attention_decode;
-                let mut b = self
-                    .stream
-                    .launch_builder(if hd == 64 { d64 } else { d128 });
+                let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
+                    BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
+                })?;
+                let func = match hd {
+                    64 => &self.k.attention_decode[0],
+                    128 => &self.k.attention_decode[1],
+                    _ => &self.k.attention_decode[2],
+                };
+                let mut b = self.stream.launch_builder(func);
                 b.arg(q.buf())
                     .arg(&cache.k)
                     .arg(&cache.v)
@@ -2984,7 +2994,7 @@ impl Backend for CudaBackend {
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (q.rows as u32, p.n_kv_heads as u32, 1),
-                    block_dim: (plan::ATT_DECODE_THREADS, 1, 1),
+                    block_dim: (threads, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: the plan checked every slot against the cache, every row's sequence and
@@ -3242,8 +3252,10 @@ fn split_min_keys() -> usize {
 /// the one block per (row, head) kernel (or the tiled ones) for every step instead of
 /// [`plan::use_row_attention`]'s choice (for comparison: both compute the same values
 /// bitwise); `unsplit` keeps decode steps off the split-key kernels
-/// ([`plan::use_split_attention`]), `split` (the default choice) lets them run; `LOCKSTEP_CUDA_ATTN_TILE=N` sets the rows per tile (a power of two
-/// that fits, at most N) instead of `plan::attention_tile`'s choice.
+/// ([`plan::use_split_attention`]), `split` runs them on every decode step they hold (not the
+/// short decode kernel, [`plan::use_decode_attention`]); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the
+/// rows per tile (a power of two that fits, at most N) instead of `plan::attention_tile`'s
+/// choice.
 fn attention_knobs() -> (plan::AttnChoice, usize) {
     static KNOBS: std::sync::OnceLock<(plan::AttnChoice, usize)> = std::sync::OnceLock::new();
     *KNOBS.get_or_init(|| {

@@ -320,20 +320,30 @@ pub fn use_split_attention(
         && n_heads.is_multiple_of(n_kv_heads)
         && n_heads / n_kv_heads <= ATT_SPLIT_MAX_GROUP
         && head_dim <= ATT_SPLIT_MAX_HEAD;
+    // Short decode steps with heads over 128 values (where the row kernel lost) take the
+    // short decode kernel where it holds the layout.
     let wanted = match choice {
         AttnChoice::Split => true,
-        AttnChoice::Auto => head_dim > 128 || long,
+        AttnChoice::Auto => long || (head_dim > 128 && !decode_fits(n_heads, n_kv_heads, head_dim)),
         AttnChoice::Row | AttnChoice::Tile | AttnChoice::Unsplit => false,
     };
     allowed && fits && n_rows <= n_seqs && wanted
 }
 
 /// Head sizes with a short decode attention kernel (`attention_decode_<D>`).
-pub const ATT_DECODE_HEADS: [usize; 2] = [64, 128];
-/// Query heads per KV head one `attention_decode` block serves (`ATT_D_MAX_G`).
-pub const ATT_DECODE_MAX_GROUP: usize = 8;
-/// Threads of an `attention_decode` block (`ATT_D_THREADS`).
-pub const ATT_DECODE_THREADS: u32 = 256;
+pub const ATT_DECODE_HEADS: [usize; 3] = [64, 128, 256];
+
+/// An `attention_decode_<D>` block (`AttDecodeShape<D>`): its threads (128 keys x the parts a
+/// K row is cut into) and the most query heads per KV head it serves; `None` for a head size
+/// without a kernel.
+pub fn decode_attention_shape(head_dim: usize) -> Option<(u32, usize)> {
+    match head_dim {
+        64 | 128 => Some((256, 8)),
+        256 => Some((512, 4)),
+        _ => None,
+    }
+}
+
 /// The most keys a row of `attention_decode` attends over (`ATT_D_MAX_KEYS`): the steps it runs
 /// are short (`long_context` false: every sequence has fewer than [`ATT_SPLIT_FROM_KEYS`]).
 pub const ATT_DECODE_MAX_KEYS: usize = 128;
@@ -356,12 +366,15 @@ pub fn use_decode_attention(
     head_dim: usize,
     long: bool,
 ) -> bool {
-    let fits = n_kv_heads > 0
-        && n_heads.is_multiple_of(n_kv_heads)
-        && n_heads / n_kv_heads <= ATT_DECODE_MAX_GROUP
-        && ATT_DECODE_HEADS.contains(&head_dim);
     let wanted = matches!(choice, AttnChoice::Auto | AttnChoice::Unsplit);
-    allowed && fits && n_rows <= n_seqs && !long && wanted
+    allowed && decode_fits(n_heads, n_kv_heads, head_dim) && n_rows <= n_seqs && !long && wanted
+}
+
+/// Whether an `attention_decode` block holds this head layout.
+fn decode_fits(n_heads: usize, n_kv_heads: usize, head_dim: usize) -> bool {
+    n_kv_heads > 0
+        && n_heads.is_multiple_of(n_kv_heads)
+        && decode_attention_shape(head_dim).is_some_and(|(_, g)| n_heads / n_kv_heads <= g)
 }
 
 /// Head sizes with a flash prefill kernel (`attention_flash_<D>`).
@@ -726,9 +739,10 @@ mod tests {
     #[test]
     fn decode_attention_runs_short_decode_steps_the_split_kernels_leave() {
         use AttnChoice::*;
-        // SmolLM2 (9/3 x 64), Llama-3.2-1B (32/8 x 64) and Llama-3.1-8B (32/8 x 128) decode
-        // steps of short contexts, one sequence or several.
+        // SmolLM2 (9/3 x 64), Llama-3.2-1B (32/8 x 64), Llama-3.1-8B (32/8 x 128) and Gemma-3
+        // (4/1 x 256) decode steps of short contexts, one sequence or several.
         assert!(use_decode_attention(Auto, true, 1, 1, 9, 3, 64, false));
+        assert!(use_decode_attention(Auto, true, 1, 1, 4, 1, 256, false));
         assert!(use_decode_attention(Auto, true, 1, 1, 32, 8, 64, false));
         assert!(use_decode_attention(Auto, true, 16, 16, 32, 8, 128, false));
         assert!(use_decode_attention(Unsplit, true, 1, 1, 32, 8, 128, false));
@@ -750,15 +764,25 @@ mod tests {
         assert!(!use_decode_attention(Split, true, 1, 1, 32, 8, 64, false));
         assert!(!use_decode_attention(Auto, true, 1, 1, 32, 2, 64, false));
         assert!(!use_decode_attention(Auto, true, 1, 1, 8, 8, 96, false));
-        assert!(!use_decode_attention(Auto, true, 1, 1, 4, 1, 256, false));
+        assert!(!use_decode_attention(Auto, true, 1, 1, 8, 1, 256, false));
+        // Its blocks: 128 keys x parts of at most 64 values (the kernel's AttDecodeShape).
+        assert_eq!(decode_attention_shape(64), Some((256, 8)));
+        assert_eq!(decode_attention_shape(256), Some((512, 4)));
+        assert_eq!(decode_attention_shape(512), None);
+        for hd in ATT_DECODE_HEADS {
+            let (threads, _) = decode_attention_shape(hd).expect("a kernel");
+            assert_eq!(threads as usize, ATT_DECODE_MAX_KEYS * (hd / 64).max(2));
+        }
     }
 
     #[test]
     fn split_attention_runs_decode_steps_it_can_hold_when_allowed() {
         use AttnChoice::*;
-        // Gemma-3-270M decode steps at any context; Llama-3.2-1B, SmolLM2 and Llama-3.1-8B
-        // decode steps at long contexts only.
-        assert!(use_split_attention(Auto, true, 1, 1, 4, 1, 256, false));
+        // Decode steps at long contexts, and short ones with heads over 128 values the short
+        // decode kernel cannot hold (8 query heads a KV head of 256).
+        assert!(use_split_attention(Auto, true, 1, 1, 4, 1, 256, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 4, 1, 256, false));
+        assert!(use_split_attention(Auto, true, 1, 1, 8, 1, 256, false));
         assert!(use_split_attention(Auto, true, 1, 1, 32, 8, 64, true));
         assert!(!use_split_attention(Auto, true, 1, 1, 32, 8, 64, false));
         assert!(use_split_attention(Auto, true, 1, 1, 9, 3, 64, true));

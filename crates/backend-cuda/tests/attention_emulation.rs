@@ -127,7 +127,8 @@ fn flash_attention_is_within_the_f32_bound() {
     );
 }
 
-/// The short decode kernels (`attention_decode_64` / `_128`: one block per row and KV head, f32)
+/// The short decode kernels (`attention_decode_64` / `_128` / `_256`: one block per row and KV
+/// head, f32)
 /// within the bound verify holds them to, on contexts up to 128 keys (windows, masks, GQA
 /// groups up to 8), with their fused output quantization. A perturbed output is caught.
 #[test]
@@ -135,7 +136,12 @@ fn decode_attention_is_within_the_f32_bound() {
     if !gxx_or_skip() {
         return;
     }
-    for (hd, seed, long) in [("64", "3", false), ("128", "5", false), ("64", "5", true)] {
+    for (hd, seed, long) in [
+        ("64", "3", false),
+        ("128", "5", false),
+        ("256", "4", false),
+        ("64", "5", true),
+    ] {
         let (ok, text) = emulate_with("4", seed, false, Some(hd), long);
         assert!(ok, "emulation failed (heads of {hd}):\n{text}");
         let decode_ok = text

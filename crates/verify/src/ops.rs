@@ -1514,10 +1514,10 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     }
     // Decode steps over short contexts, up to the longest short one (127 keys; cuda: the short
     // decode attention, one block per row and KV head): Llama-8B's head layout with a window and
-    // a mask over three sequences, and a group of 8 query heads. Last too.
+    // a mask over three sequences, a group of 8 query heads, Gemma-3's layout. Last too.
     {
         let kv_f16 = kv_cache_f16(arith, name);
-        let cases: [AttnCase<'static>; 2] = [
+        let cases: [AttnCase<'static>; 3] = [
             AttnCase {
                 label: "GQA short decode, 3 seqs, window, mask",
                 n_heads: 32,
@@ -1534,6 +1534,15 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
                 head_dim: 64,
                 window: None,
                 seqs: &[(90, 1), (5, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "MQA short decode, window",
+                n_heads: 4,
+                n_kv_heads: 1,
+                head_dim: 256,
+                window: Some(64),
+                seqs: &[(100, 1), (20, 1)],
                 masked: false,
             },
         ];
