@@ -2445,9 +2445,11 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
 // NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR). With EARLY
 // the kernel has not yet waited for the grid before it (GRID_WAIT): each lane loads its first
 // unit's weights, then waits, then reads activations; the same loads and arithmetic in the same
-// order as without, so the result is bitwise the same.
-template <int TY, int NT, bool PAIR, bool EARLY = false>
-__device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __restrict__ W2,
+// order as without, so the result is bitwise the same. With ACT_OUT (and PAIR) returns, in
+// every lane, the last row's activation (the value written to y3: the butterfly leaves every
+// lane the same sums), else 0.
+template <int TY, int NT, bool PAIR, bool EARLY = false, bool ACT_OUT = false>
+__device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* __restrict__ W2,
                                           const signed char* __restrict__ xq,
                                           const Q8Blk* __restrict__ xd, float* __restrict__ y,
                                           float* __restrict__ y2, float* __restrict__ y3, int t,
@@ -2464,19 +2466,12 @@ __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __
     for (int i = 0; i < NT; i++) acc[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < (PAIR ? NT : 1); i++) acc2[i] = 0.0f;
-    FastUnit<TY> w, w2;
-    if constexpr (EARLY) {
-        if (lane < units) {
-            w.load(row, lane);
-            if constexpr (PAIR) w2.load(row2, lane);
-        }
-        GRID_WAIT();
-    }
-    for (int u = lane; u < units; u += 32) {
-        if (!EARLY || u != lane) {
-            w.load(row, u);
-            if constexpr (PAIR) w2.load(row2, u);
-        }
+    // One unit: its weights loaded, then (EARLY, first unit only) the wait, then the dots.
+    auto unit = [&](int u, bool wait) {
+        FastUnit<TY> w, w2;
+        w.load(row, u);
+        if constexpr (PAIR) w2.load(row2, u);
+        if (wait) GRID_WAIT();
         if constexpr (PAIR) {
 #pragma unroll
             for (int i = 0; i < NT; i++) {
@@ -2490,26 +2485,43 @@ __device__ __forceinline__ void fast_rows(const u8* __restrict__ W, const u8* __
             for (int i = 0; i < NT; i++)
                 acc[i] = w.dot(xq + (size_t)(t + i) * k, xd + (size_t)(t + i) * kb, u, acc[i]);
         }
+    };
+    int u0 = lane;
+    if constexpr (EARLY) {
+        // Each thread waits once: after its first unit's weight loads, or at once when it has
+        // no unit (it reads no activations, but the caller may write).
+        if (u0 < units) {
+            unit(u0, true);
+            u0 += 32;
+        } else {
+            GRID_WAIT();
+        }
     }
+    for (int u = u0; u < units; u += 32) unit(u, false);
+    float last = 0.0f;
 #pragma unroll
     for (int i = 0; i < NT; i++) {
         float v = warp_sum_fixed(acc[i]);
         if constexpr (PAIR) {
             float uu = warp_sum_fixed(acc2[i]);
-            if (lane == 0) {
-                size_t o = (size_t)(t + i) * m + r;
-                y[o] = v;
-                y2[o] = uu;
+            if (ACT_OUT || lane == 0) {
                 // act_mul's operations (f64), so the fused output is bitwise the separate ops'.
                 double g = (double)v, f;
                 if (act == 0) f = g / (1.0 + exp(-g));
                 else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
-                y3[o] = (float)(f * (double)uu);
+                last = (float)(f * (double)uu);
+            }
+            if (lane == 0) {
+                size_t o = (size_t)(t + i) * m + r;
+                y[o] = v;
+                y2[o] = uu;
+                y3[o] = last;
             }
         } else {
             if (lane == 0) y[(size_t)(t + i) * m + r] = v;
         }
     }
+    return last;
 }
 
 template <int TY, bool PAIR, bool ONE>
@@ -2627,6 +2639,33 @@ FAST_FOR(14)
 // ============================================================================================
 // END FAST NUMERICS
 // ============================================================================================
+
+// The fused gate/up for one activation row (decode) that also quantizes its activation for the
+// down projection, sparing quantize_q8_32's launch: blocks of 32 warps, one row each, so a
+// block holds one whole 32-value block of the output; the values are those written to `a`,
+// quantized by q8_block as quantize_q8_32 would from `a`. The host takes it where the blocks
+// fit one wave (plan::gate_up_quantizes) and gives m a multiple of 32.
+#define GATE_UP_Q8(TY)                                                                           \
+    extern "C" __global__ void __launch_bounds__(1024)                                            \
+        gate_up_q8_fast1_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                \
+                              const Q8Blk* xd, float* g, float* u, float* a, int k, int m,      \
+                              int act, double c, signed char* aq, Q8Blk* ad) {                  \
+        fast_enter<true>();                                                                      \
+        __shared__ float s_act[32];                                                              \
+        int r = blockIdx.x * 32 + (threadIdx.x >> 5);                                            \
+        float v = fast_rows<TY, 1, true, true, true>(Wg, Wu, xq, xd, g, u, a, 0, k, m, r, act, c); \
+        if ((threadIdx.x & 31) == 0) s_act[threadIdx.x >> 5] = v;                                \
+        __syncthreads();                                                                         \
+        if (threadIdx.x < 32) q8_block(s_act[threadIdx.x], aq, ad, blockIdx.x);                  \
+    }
+GATE_UP_Q8(2)
+GATE_UP_Q8(3)
+GATE_UP_Q8(6)
+GATE_UP_Q8(7)
+GATE_UP_Q8(8)
+GATE_UP_Q8(12)
+GATE_UP_Q8(13)
+GATE_UP_Q8(14)
 
 // ============================================================================================
 // LOGITS REDUCTION (LogitsOut::Top): per logits row, its k largest entries in the sampler's

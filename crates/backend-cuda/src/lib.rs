@@ -265,6 +265,9 @@ struct Kernels {
     fast_gu: Vec<(i32, FastPair)>,
     /// Per type with a fast kernel: up to three weights (q, k, v) in one launch.
     fast_mm3: Vec<(i32, FastPair)>,
+    /// Per type with a fast kernel: the one-row fused gate/up that also quantizes its
+    /// activation for the down projection (`plan::gate_up_quantizes`).
+    fast_gu_q8: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
@@ -460,6 +463,10 @@ pub struct CudaBackend {
     q8: RefCell<Option<CudaSlice<u8>>>,
     /// The tensor whose quantization `q8` holds, and the next tensor id.
     q8_of: std::cell::Cell<Option<u64>>,
+    /// The activation a one-row fused gate/up quantized for the down projection (a buffer of
+    /// its own: the kernel reads its input's quantization from `q8`), and that tensor's id.
+    q8_act: RefCell<Option<CudaSlice<u8>>>,
+    q8_act_of: std::cell::Cell<Option<u64>>,
     next_id: std::cell::Cell<u64>,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
@@ -663,6 +670,7 @@ impl CudaBackend {
         let mut fast_mm = Vec::new();
         let mut fast_gu = Vec::new();
         let mut fast_mm3 = Vec::new();
+        let mut fast_gu_q8 = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
             let pair = |op: &str| -> Result<FastPair, BackendError> {
@@ -674,6 +682,7 @@ impl CudaBackend {
             fast_mm.push((id as i32, pair("mmv")?));
             fast_gu.push((id as i32, pair("gate_up")?));
             fast_mm3.push((id as i32, pair("mmv3")?));
+            fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
         }
         let attention_tile = f("attention_tile")?;
         let attention_tile_wide = f("attention_tile_wide")?;
@@ -720,6 +729,7 @@ impl CudaBackend {
             fast_mm,
             fast_gu,
             fast_mm3,
+            fast_gu_q8,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
@@ -778,6 +788,8 @@ impl CudaBackend {
             split_attention: numerics == Numerics::Fast && !opts.deterministic,
             q8: RefCell::new(None),
             q8_of: std::cell::Cell::new(None),
+            q8_act: RefCell::new(None),
+            q8_act_of: std::cell::Cell::new(None),
             next_id: std::cell::Cell::new(0),
             kernel_origin,
             programmatic: maj >= 9 && graph_exec::pdl_enabled(),
@@ -1587,6 +1599,16 @@ impl CudaBackend {
         self.q8_of.set(Some(x.id));
     }
 
+    /// The quantized activations of `x` for a fast kernel: the buffer a fused gate/up filled
+    /// for it (`q8_act`), else the scratch buffer, quantized now unless it already holds `x`.
+    fn q8_for(&self, x: &CudaTensor) -> std::cell::Ref<'_, Option<CudaSlice<u8>>> {
+        if self.q8_act_of.get() == Some(x.id) {
+            return self.q8_act.borrow();
+        }
+        self.quantize_q8(x);
+        self.q8.borrow()
+    }
+
     /// Stages the (cos, sin) table of `positions` for rope parameters `p` and returns its kind.
     /// The table is a function of the positions: computed only when they changed.
     fn stage_rope_table(
@@ -1673,6 +1695,19 @@ impl CudaBackend {
         q8
     }
 
+    /// The fused gate/up's activation buffer with room for one row of `m`, its contents
+    /// forgotten (grown as `q8_room` grows the scratch buffer).
+    fn q8_act_room(&self, m: usize) -> std::cell::RefMut<'_, Option<CudaSlice<u8>>> {
+        let bytes = plan::q8_bytes(1, m);
+        let mut q8 = self.q8_act.borrow_mut();
+        if q8.as_ref().is_none_or(|b| b.len() < bytes) {
+            self.drop_step_graphs("gate_up quantization");
+            *q8 = Some(self.alloc::<u8>("gate_up quantization", bytes.next_power_of_two()));
+        }
+        self.q8_act_of.set(None);
+        q8
+    }
+
     /// Whether a norm of `n` rows of `k` values in groups of `g` quantizes its output for the
     /// matmul that follows (fast numerics, whole rows of 32-value blocks, and a step the
     /// quantized kernels will run rather than the tensor-core GEMM).
@@ -1710,8 +1745,7 @@ impl CudaBackend {
             .collect();
         let total: usize = ws.iter().map(|w| w.rows).sum();
         if n > 0 && total > 0 {
-            self.quantize_q8(x);
-            let q8 = self.q8.borrow();
+            let q8 = self.q8_for(x);
             let Some(buf) = q8.as_ref() else {
                 unreachable!("quantize_q8 allocates it")
             };
@@ -1757,8 +1791,7 @@ impl CudaBackend {
         if n == 0 || m == 0 {
             return self.tensor("matmul", out, n, m);
         }
-        self.quantize_q8(x);
-        let q8 = self.q8.borrow();
+        let q8 = self.q8_for(x);
         let Some(buf) = q8.as_ref() else {
             unreachable!("quantize_q8 allocates it")
         };
@@ -1850,9 +1883,71 @@ impl CudaBackend {
         let mut g = self.alloc_f32("gate_up_act", n * m);
         let mut u = self.alloc_f32("gate_up_act", n * m);
         let mut a = self.alloc_f32("gate_up_act", n * m);
+        // One row: the kernel that also quantizes the activation for the down projection,
+        // where its blocks fit one wave (and x's quantization is not in the buffer it writes).
+        let fused_q8 = self
+            .k
+            .fast_gu_q8
+            .iter()
+            .find(|(id, _)| *id == gate.desc.id)
+            .filter(|_| {
+                gate_up_q8_knob()
+                    && plan::gate_up_quantizes(n, m, self.k.n_sms)
+                    && self.q8_act_of.get() != Some(x.id)
+            });
+        if let Some((_, fq)) = fused_q8 {
+            {
+                let q8 = self.q8_for(x);
+                let Some(buf) = q8.as_ref() else {
+                    unreachable!("quantize_q8 allocates it")
+                };
+                let (qv, dv) = (buf.slice(..k), buf.slice(k..plan::q8_bytes(1, k)));
+                let mut out_q8 = self.q8_act_room(m);
+                let Some(abuf) = out_q8.as_mut() else {
+                    unreachable!("allocated above")
+                };
+                let (mut aq, mut ad) = abuf.split_at_mut(m);
+                let (ki, mi) = (k as i32, m as i32);
+                let ai: i32 = match act {
+                    Activation::Silu => 0,
+                    Activation::GeluTanh => 1,
+                };
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let mut b = self.stream.launch_builder(fq);
+                b.arg(&gate.data)
+                    .arg(&up.data)
+                    .arg(&qv)
+                    .arg(&dv)
+                    .arg(&mut g)
+                    .arg(&mut u)
+                    .arg(&mut a)
+                    .arg(&ki)
+                    .arg(&mi)
+                    .arg(&ai)
+                    .arg(&c)
+                    .arg(&mut aq)
+                    .arg(&mut ad);
+                let cfg = LaunchConfig {
+                    grid_dim: ((m / 32) as u32, 1, 1),
+                    block_dim: (plan::GATE_UP_Q8_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: both weights m rows of k encoded values (checked equal), m a multiple
+                // of 32 (`plan::gate_up_quantizes`): one block per 32 rows; the quantized input
+                // is 1 x k with its block table; the outputs 1 x m, the activation's
+                // quantization m bytes then m / 32 block records (`plan::q8_bytes(1, m)`).
+                unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("gate_up_act", e));
+            }
+            let act_t = self.tensor("gate_up_act", a, n, m);
+            self.q8_act_of.set(Some(act_t.id));
+            return (
+                self.tensor("gate_up_act", g, n, m),
+                self.tensor("gate_up_act", u, n, m),
+                act_t,
+            );
+        }
         if n > 0 && m > 0 {
-            self.quantize_q8(x);
-            let q8 = self.q8.borrow();
+            let q8 = self.q8_for(x);
             let Some(buf) = q8.as_ref() else {
                 unreachable!("quantize_q8 allocates it")
             };
@@ -3246,6 +3341,14 @@ fn split_min_keys() -> usize {
             .filter(|&n: &usize| (1..=1 << 20).contains(&n))
             .unwrap_or(plan::ATT_SPLIT_MIN_KEYS)
     })
+}
+
+/// Whether one-row fused gate/ups may quantize their activation for the down projection
+/// (`plan::gate_up_quantizes`); `LOCKSTEP_CUDA_GATE_UP_Q8=0` runs the separate quantizer (the
+/// same values), for comparison. Read once.
+fn gate_up_q8_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
 }
 
 /// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs

@@ -106,6 +106,18 @@ pub fn fast_grid(n: usize, m: usize) -> (u32, u32) {
     (x.max(1), tiles.min(64))
 }
 
+/// Threads of a `gate_up_q8_fast1` block: one warp per row of a 32-row output block.
+pub const GATE_UP_Q8_THREADS: u32 = 1024;
+
+/// Whether a fused gate/up of `n` activation rows against `m` weight rows runs the kernel that
+/// also quantizes its activation (`gate_up_q8_fast1`, sparing the down projection's
+/// `quantize_q8_32` launch): one row (decode), whole 32-value blocks, and blocks of 32 rows
+/// that fit one wave on `n_sms` SMs (each SM holds one such block: larger layers keep the
+/// 4-warp blocks and the separate quantizer). A row's values do not depend on it.
+pub fn gate_up_quantizes(n: usize, m: usize, n_sms: usize) -> bool {
+    n == 1 && m > 0 && m.is_multiple_of(32) && m / 32 <= n_sms
+}
+
 /// Bytes of the quantized activations of `n` rows of `k` (k a multiple of 32): `n * k` int8
 /// values, then per 32 values an 8-byte `{f32 d, i32 sum}` (`Q8Blk` in kernels.cu).
 pub fn q8_bytes(n: usize, k: usize) -> usize {
@@ -1026,6 +1038,14 @@ mod tests {
         }
         // 4096 rows: 1024 blocks of 4 warps, several per SM on 132 SMs.
         assert_eq!(fast_grid(1, 4096), (1024, 1));
+        // SmolLM2 (1536) and Gemma-3-270M (2048) feed-forwards quantize in gate/up; Llama's
+        // (8192, 14336) would need more than one wave of 32-row blocks on 132 SMs.
+        assert!(gate_up_quantizes(1, 1536, 132));
+        assert!(gate_up_quantizes(1, 2048, 132));
+        assert!(!gate_up_quantizes(1, 8192, 132));
+        assert!(!gate_up_quantizes(2, 1536, 132));
+        assert!(!gate_up_quantizes(1, 1000, 132));
+        assert!(!gate_up_quantizes(1, 0, 132));
         // Quants then 8-byte block records, the records 8-aligned.
         assert_eq!(q8_bytes(2, 64), 128 + 4 * 8);
         assert_eq!(q8_bytes(3, 96) % 8, 0);

@@ -26,6 +26,12 @@ fn kernels_compile_for_sm90() {
             1024
         } else if name == "rope_store" {
             plan::norm_threads(plan::ROPE_MAX_HEAD)
+        } else if name.starts_with("gate_up_q8_fast1_") {
+            // One warp per row of a 32-row output block (plan::GATE_UP_Q8_THREADS).
+            1024
+        } else if name == "attention_decode_256" {
+            // 128 keys x 4 parts (plan::decode_attention_shape).
+            512
         } else if name.starts_with("attention_tile") {
             256
         } else {
@@ -41,7 +47,20 @@ fn kernels_compile_for_sm90() {
             "{name}: {n} registers x {threads} threads exceed the register file"
         );
     }
-    for k in ["rms_norm", "residual_norm", "rope_store", "mmv3_fast_12"] {
+    for (name, n) in regs
+        .iter()
+        .filter(|(n, _)| n.starts_with("gate_up_q8") || n.starts_with("attention_decode"))
+    {
+        eprintln!("{name}: {n} registers");
+    }
+    for k in [
+        "rms_norm",
+        "residual_norm",
+        "rope_store",
+        "mmv3_fast_12",
+        "gate_up_q8_fast1_12",
+        "attention_decode_256",
+    ] {
         assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");
     }
 }
