@@ -2,8 +2,9 @@
 # Per-kernel GPU time and DRAM traffic of decode steps (Nsight Compute), for one model:
 # bench/ncu_decode.sh MODEL [LAUNCHES] [SKIP]. Eager steps (graphs off) so each kernel is
 # profiled alone; the kernels are the ones graphs replay. NCU_FLAGS adds ncu options (e.g.
-# "--clock-control none --cache-control none": clocks and caches as in a replay). Prints, per kernel name: calls, total
-# and mean time, share, and achieved read bandwidth (DRAM bytes read / time).
+# "--clock-control none --cache-control none": clocks and caches as in a replay). Prints, per
+# kernel name: calls, total and mean time, share, and achieved read bandwidth (DRAM bytes read
+# / time).
 set -u
 B=${LOCKSTEP:-./.device/lockstep}
 M=$1; N=${2:-600}; S=${3:-3000}
