@@ -800,6 +800,24 @@ extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* ou
 
 // Per query row: [slots offset, n_kv, position, score offset, mask offset or -1].
 #define ROW_INFO 5
+
+// The seeded attention faults that every attention kernel carries, planted here once.
+// The layer's first cache row; kv-view-offset ignores it (every layer reads layer 0).
+__device__ __forceinline__ size_t att_layer_base(size_t base) {
+#ifdef FAULT_KV_VIEW_OFFSET
+    return 0;
+#else
+    return base;
+#endif
+}
+// A visible key's scaled score as the kernels keep it; mask-drift sends a row with an explicit
+// mask (moff >= 0) down another path, one ulp off.
+__device__ __forceinline__ float att_score_path(float s, int moff) {
+#ifdef FAULT_MASK_DRIFT
+    if (moff >= 0) return s * 1.00000012f;
+#endif
+    return s;
+}
 // Keys staged in shared memory at a time by the attention's weighted sum, and the most output
 // elements one of its 128 threads holds (head_dim <= 512; the host checks).
 #define ATT_CHUNK 512
@@ -822,9 +840,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
     size_t off = (size_t)ri[3] + (size_t)h * n_kv;
     int group = n_heads / n_kv_heads, kh = h / group;
-#ifdef FAULT_KV_VIEW_OFFSET
-    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
-#endif
+    base = att_layer_base(base);
 #ifdef FAULT_WRONG_KV_HEAD
     kh = h % n_kv_heads;  // seeded fault: interleaved instead of grouped query heads
 #endif
@@ -846,11 +862,7 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
                 for (int t = 0; t < 8; t++) a[t] += qh[8 * c + t] * kr[8 * c + t];
             float tail = 0.f;
             for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kr[d];
-            s = reduce8(a, tail) * scale;
-#ifdef FAULT_MASK_DRIFT
-            // seeded fault: with an explicit mask the score takes another path, one ulp off
-            if (moff >= 0) s = s * 1.00000012f;
-#endif
+            s = att_score_path(reduce8(a, tail) * scale, moff);
         }
         scores[off + j] = s;
         mx = fmaxf(mx, s);
@@ -1048,9 +1060,7 @@ __device__ __forceinline__ void attention_tile_body(
     int kh = blockIdx.y / n_sub;
     int g0 = (blockIdx.y % n_sub) * heads_per_block;
     int hb = min(heads_per_block, group - g0);
-#ifdef FAULT_KV_VIEW_OFFSET
-    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
-#endif
+    base = att_layer_base(base);
     int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
     int stride = att_stride(head_dim);
     float* kvs = (float*)att_smem;
@@ -1138,11 +1148,7 @@ __device__ __forceinline__ void attention_tile_body(
                     }
                     float tail = 0.f;
                     for (int d = ch8 * 8; d < head_dim; d++) tail += qr[d] * kr[d];
-                    s = reduce8(a, tail) * scale;
-#ifdef FAULT_MASK_DRIFT
-                    // seeded fault: with an explicit mask the score takes another path, one ulp off
-                    if (moff >= 0) s = s * 1.00000012f;
-#endif
+                    s = att_score_path(reduce8(a, tail) * scale, moff);
                 }
                 scores[m_off[rh] + j] = s;
             }
@@ -1307,9 +1313,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
     size_t soff_sc = (size_t)ri[3];
     int group = n_heads / n_kv_heads;
-#ifdef FAULT_KV_VIEW_OFFSET
-    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
-#endif
+    base = att_layer_base(base);
     int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
     __shared__ float s_q[ATT_S_MAX_G * ATT_S_MAX_D];
     __shared__ float s_e[ATT_S_MAX_G * ATT_S_SUB];
@@ -1369,11 +1373,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
             if (i < group) {
                 float s = NEG_INF;
                 if (vis) {
-                    s = a[i] * scale;
-#ifdef FAULT_MASK_DRIFT
-                    // seeded fault: with an explicit mask the score takes another path, one ulp off
-                    if (moff >= 0) s = s * 1.00000012f;
-#endif
+                    s = att_score_path(a[i] * scale, moff);
                 }
                 if (lane == 0) scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = s;
                 wmax[i] = fmaxf(wmax[i], s);
@@ -1558,9 +1558,7 @@ __device__ __forceinline__ void attention_decode_body(
     int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
     size_t soff_sc = (size_t)ri[3];
     int group = n_heads / n_kv_heads;
-#ifdef FAULT_KV_VIEW_OFFSET
-    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
-#endif
+    base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
@@ -1615,11 +1613,7 @@ __device__ __forceinline__ void attention_decode_body(
                 float dot = s_a[i * ATT_D_MAX_KEYS + jj];
 #pragma unroll
                 for (int pp = 1; pp < P; pp++) dot += s_a[(pp * MAX_G + i) * ATT_D_MAX_KEYS + jj];
-                v = dot * scale;
-#ifdef FAULT_MASK_DRIFT
-                // seeded fault: with an explicit mask the score takes another path, one ulp off
-                if (moff >= 0) v = v * 1.00000012f;
-#endif
+                v = att_score_path(dot * scale, moff);
             }
             if (jj < n && scores != nullptr) scores[soff_sc + (size_t)h * n_kv + lo + jj] = v;
             s[t] = v;
@@ -1777,9 +1771,7 @@ __device__ __forceinline__ void attention_flash_body(
     const float NEG_INF = __int_as_float(0xff800000);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     int group = n_heads / n_kv_heads, kh = blockIdx.y;
-#ifdef FAULT_KV_VIEW_OFFSET
-    base = 0;  // seeded fault: the layer's offset into the cache is ignored (every layer reads layer 0)
-#endif
+    base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
     int r_end = min(n_rows, (int)(blockIdx.x + 1) * tile_rows);
     for (int r0 = blockIdx.x * tile_rows; r0 < r_end;) {
@@ -1872,11 +1864,7 @@ __device__ __forceinline__ void attention_flash_body(
                     bool vis = col < nc && key >= lo && key <= pos && (mo < 0 || mask[mo + key]);
                     float s = NEG_INF;
                     if (vis) {
-                        s = sc[j][e] * scale;
-#ifdef FAULT_MASK_DRIFT
-                        // seeded fault: with an explicit mask the score takes another path, one ulp off
-                        if (mo >= 0) s = s * 1.00000012f;
-#endif
+                        s = att_score_path(sc[j][e] * scale, mo);
                     }
                     sc[j][e] = s;
                     if (scores != nullptr && col < nc && (is_a ? va : vb))

@@ -3051,17 +3051,47 @@ impl Backend for CudaBackend {
                 // q.rows x q_dim floats and the q8 buffers that many values.
                 unsafe { b.launch(cfg) }
                     .map_err(|e| BackendError::Other(format!("cuda attention_combine: {e}")))?;
-            } else if decode && q.rows > 0 {
+            } else if q.rows > 0 && (decode || (flash && self.k.attention_flash.is_some())) {
+                // The short decode and flash kernels take the same arguments, flash then its
+                // tiling (rows, rows a tile).
                 let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
                 let null = 0u64;
-                let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
-                    BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
-                })?;
-                let func = match hd {
-                    64 => &self.k.attention_decode[0],
-                    128 => &self.k.attention_decode[1],
-                    _ => &self.k.attention_decode[2],
+                let (func, cfg, tiling, what) = if decode {
+                    let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
+                        BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
+                    })?;
+                    let func = match hd {
+                        64 => &self.k.attention_decode[0],
+                        128 => &self.k.attention_decode[1],
+                        _ => &self.k.attention_decode[2],
+                    };
+                    let cfg = LaunchConfig {
+                        grid_dim: (q.rows as u32, p.n_kv_heads as u32, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: 0,
+                    };
+                    (func, cfg, None, "attention_decode")
+                } else {
+                    let Some((f64k, f128k)) = self.k.attention_flash.as_ref() else {
+                        unreachable!("checked above")
+                    };
+                    let geom = plan::flash_geometry(
+                        q.rows,
+                        p.n_heads,
+                        p.n_kv_heads,
+                        hd,
+                        self.k.n_sms,
+                        flash_warps_knob(),
+                    );
+                    let cfg = LaunchConfig {
+                        grid_dim: (geom.grid.0, geom.grid.1, 1),
+                        block_dim: (32 * geom.warps as u32, 1, 1),
+                        shared_mem_bytes: geom.smem_bytes,
+                    };
+                    let tiling = (q.rows as i32, geom.tile_rows as i32);
+                    let func = if hd == 64 { f64k } else { f128k };
+                    (func, cfg, Some(tiling), "attention_flash")
                 };
                 let mut b = self.stream.launch_builder(func);
                 b.arg(q.buf())
@@ -3082,76 +3112,23 @@ impl Backend for CudaBackend {
                     .arg(&nkh)
                     .arg(&p.scale)
                     .arg(&window);
-                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
-                match parts.as_mut() {
-                    Some((qq, dd)) => b.arg(qq).arg(dd),
-                    None => b.arg(&null).arg(&null),
-                };
-                let cfg = LaunchConfig {
-                    grid_dim: (q.rows as u32, p.n_kv_heads as u32, 1),
-                    block_dim: (threads, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: the plan checked every slot against the cache, every row's sequence and
-                // mask; the score buffer holds n_scores values; the step is short (every row
-                // attends over fewer than `plan::ATT_DECODE_MAX_KEYS` keys) and its group and
-                // head size are the block's (`plan::use_decode_attention`).
-                unsafe { b.launch(cfg) }
-                    .map_err(|e| BackendError::Other(format!("cuda attention_decode: {e}")))?;
-            } else if let (true, Some((f64k, f128k)), true) =
-                (flash, self.k.attention_flash.as_ref(), q.rows > 0)
-            {
-                let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
-                let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
-                let geom = plan::flash_geometry(
-                    q.rows,
-                    p.n_heads,
-                    p.n_kv_heads,
-                    hd,
-                    self.k.n_sms,
-                    flash_warps_knob(),
-                );
-                let (n_rows, tile_rows) = (q.rows as i32, geom.tile_rows as i32);
-                let null = 0u64;
-                let mut b = self
-                    .stream
-                    .launch_builder(if hd == 64 { f64k } else { f128k });
-                b.arg(q.buf())
-                    .arg(&cache.k)
-                    .arg(&cache.v)
-                    .arg(&dev.slots)
-                    .arg(&dev.info)
-                    .arg(&dev.mask);
-                // The scores are written only for a listener (the kq tap).
-                if taps.active() {
-                    b.arg(&s.scores);
-                } else {
-                    b.arg(&null);
+                if let Some((n_rows, tile_rows)) = tiling.as_ref() {
+                    b.arg(n_rows).arg(tile_rows);
                 }
-                b.arg(&mut out)
-                    .arg(&base)
-                    .arg(&nh)
-                    .arg(&nkh)
-                    .arg(&p.scale)
-                    .arg(&window)
-                    .arg(&n_rows)
-                    .arg(&tile_rows);
                 let mut parts = q8_parts(&mut q8, q.rows * q_dim);
                 match parts.as_mut() {
                     Some((qq, dd)) => b.arg(qq).arg(dd),
                     None => b.arg(&null).arg(&null),
                 };
-                let cfg = LaunchConfig {
-                    grid_dim: (geom.grid.0, geom.grid.1, 1),
-                    block_dim: (32 * geom.warps as u32, 1, 1),
-                    shared_mem_bytes: geom.smem_bytes,
-                };
                 // SAFETY: the plan checked every slot against the cache, every row's sequence and
-                // mask; the score buffer holds n_scores values; the block's shared memory is
-                // `plan::flash_smem` for its warps, within what `flash_kernels` opted in to; a
-                // block's row-heads (tile_rows x group) fit its warps (`plan::flash_geometry`).
+                // mask; the score buffer holds n_scores values. Short decode: every row attends
+                // over fewer than `plan::ATT_DECODE_MAX_KEYS` keys and the group and head size
+                // are the block's (`plan::use_decode_attention`). Flash: the block's shared
+                // memory is `plan::flash_smem` for its warps, within what `flash_kernels` opted
+                // in to; a block's row-heads (tile_rows x group) fit its warps
+                // (`plan::flash_geometry`).
                 unsafe { b.launch(cfg) }
-                    .map_err(|e| BackendError::Other(format!("cuda attention_flash: {e}")))?;
+                    .map_err(|e| BackendError::Other(format!("cuda {what}: {e}")))?;
             } else if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
