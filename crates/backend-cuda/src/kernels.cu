@@ -64,8 +64,10 @@ struct Q8Blk {
     float d;
     int s;
 };
+// q2 / ds2, when given, receive a copy (a fused norm's shared-memory row and the global buffer).
 __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q8Blk* __restrict__ ds,
-                                         size_t blk) {
+                                         size_t blk, signed char* __restrict__ q2 = nullptr,
+                                         Q8Blk* __restrict__ ds2 = nullptr) {
     int lane = threadIdx.x & 31;
     float a = fabsf(v);
 #pragma unroll
@@ -75,10 +77,14 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
     float r = rintf(v * id);
     int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
     q[blk * 32 + lane] = (signed char)qi;
+    if (q2 != nullptr) q2[blk * 32 + lane] = (signed char)qi;
     int s = qi;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) ds[blk] = Q8Blk{d, s};
+    if (lane == 0) {
+        ds[blk] = Q8Blk{d, s};
+        if (ds2 != nullptr) ds2[blk] = Q8Blk{d, s};
+    }
 }
 
 __constant__ signed char KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -559,11 +565,15 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
 // in a fixed butterfly, then the warps' in a second; scale = 1 / sqrt(ss / g + eps) in f64; out
 // = (float)(x * scale) * w. Every norm kernel below runs this same code, so fused and separate
 // norms are bitwise equal.
-__device__ __forceinline__ double block_sum_f64(double v) {
+//
+// `nw` is the norm's warps: blockDim.x / 32, or fewer in a fused kernel whose larger block runs
+// a norm as the first nw warps of a block of plan::norm_threads(g) would (the other warps
+// contribute nothing, so the sum is bitwise that block's).
+__device__ __forceinline__ double block_sum_f64(double v, int nw) {
     __shared__ double warp_part[32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
-    int w = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();  // warp_part may still be read by an earlier call
     if (lane == 0) warp_part[w] = v;
     __syncthreads();
@@ -577,39 +587,78 @@ __device__ __forceinline__ double block_sum_f64(double v) {
 // (plan::norm_threads gives at most 4 a thread up to 4096 values, 8 up to 8192).
 #define NORM_MAXV 8
 
+// A norm's weights, w[t + i * bd] for thread t (0 past g, and, FUSED, for threads from bd on).
+template <int NV, bool FUSED = false>
+__device__ __forceinline__ void norm_weights(const float* __restrict__ w, int g, int bd, float* wv) {
+    int t = threadIdx.x;
+    bool on = !FUSED || t < bd;
+#pragma unroll
+    for (int i = 0; i < NV; i++) wv[i] = on && t + i * bd < g ? w[t + i * bd] : 0.0f;
+}
+
+template <int NV, bool FUSED = false>
+__device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
+                                            float* __restrict__ out, int g, float eps,
+                                            signed char* __restrict__ q, Q8Blk* __restrict__ ds,
+                                            size_t blk0, float* r, int bd,
+                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2);
+
 // The norm of one group whose values thread t holds in v[i] = x[t + i * blockDim.x] (i < NORM_MAXV,
 // j < g): the f64 sum of squares in i order, the block's fixed reduction, then out[j] =
 // (float)(x * scale) * w[j], also returned in r[i]. With q != null (fast numerics, a whole row of
 // a multiple of 32 values) each warp quantizes the 32-value blocks it wrote, from the very
 // registers it stored, as quantize_q8_32 would from `out`.
+//
+// `bd` is the norm's block size (blockDim.x, or plan::norm_threads(g) in a larger fused block:
+// threads from bd on hold nothing and write nothing: norm_regs_w<NV, true>, where also `out`
+// may be null, a fused kernel's blocks but one, and q2 / ds2 take a copy of the quantization,
+// see q8_block). NV values a thread at most (NORM_MAXV; fewer where the host guarantees it, to
+// spare registers).
+template <int NV = NORM_MAXV>
 __device__ __forceinline__ void norm_regs(const float* v, const float* __restrict__ w,
                                           float* __restrict__ out, int g, float eps,
                                           signed char* __restrict__ q, Q8Blk* __restrict__ ds,
-                                          size_t blk0, float* r) {
-    int t = threadIdx.x, bd = blockDim.x;
-    float wv[NORM_MAXV];
-#pragma unroll
-    for (int i = 0; i < NORM_MAXV; i++) wv[i] = t + i * bd < g ? w[t + i * bd] : 0.0f;
+                                          size_t blk0, float* r, int bd) {
+    float wv[NV];
+    norm_weights<NV>(w, g, bd, wv);
+    norm_regs_w<NV>(v, wv, out, g, eps, q, ds, blk0, r, bd, nullptr, nullptr);
+}
+
+// norm_regs on weights already in registers (norm_weights: a fused kernel loads them before its
+// grid wait, as they are written only at upload). Only FUSED callers (norm_row_shared) run a
+// norm in part of a larger block, leave `out` null or take a copy of the quantization; the
+// others compile without those paths.
+template <int NV, bool FUSED>
+__device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
+                                            float* __restrict__ out, int g, float eps,
+                                            signed char* __restrict__ q, Q8Blk* __restrict__ ds,
+                                            size_t blk0, float* r, int bd,
+                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2) {
+    int t = threadIdx.x;
+    bool on = !FUSED || t < bd;
     double ss = 0.0;
 #pragma unroll
-    for (int i = 0; i < NORM_MAXV; i++)
-        if (t + i * bd < g) ss += (double)v[i] * (double)v[i];
-    ss = block_sum_f64(ss);
+    for (int i = 0; i < NV; i++)
+        if (on && t + i * bd < g) ss += (double)v[i] * (double)v[i];
+    ss = block_sum_f64(ss, bd >> 5);
     double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
 #pragma unroll
-    for (int i = 0; i < NORM_MAXV; i++) {
+    for (int i = 0; i < NV; i++) {
         int j = t + i * bd;
         r[i] = 0.0f;
+        // Whole warps are on or off (bd is a multiple of 32).
+        if (!on) break;
         if (q != nullptr) {
-            // Whole warps step together (blockDim.x and g are multiples of 32).
+            // Whole warps step together (bd and g are multiples of 32).
             if (i * bd + (t & ~31) >= g) break;
             float o = (float)((double)v[i] * scale) * wv[i];
-            out[j] = o;
+            if (!FUSED || out != nullptr) out[j] = o;
             r[i] = o;
-            q8_block(o, q, ds, blk0 + (size_t)(j >> 5));
+            q8_block(o, q, ds, blk0 + (size_t)(j >> 5), FUSED ? q2 : nullptr,
+                     FUSED ? ds2 : nullptr);
         } else if (j < g) {
             float o = (float)((double)v[i] * scale) * wv[i];
-            out[j] = o;
+            if (!FUSED || out != nullptr) out[j] = o;
             r[i] = o;
         }
     }
@@ -626,12 +675,12 @@ __device__ __forceinline__ void norm_group(const float* __restrict__ x, const fl
         float v[NORM_MAXV], r[NORM_MAXV];
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) v[i] = t + i * bd < g ? x[t + i * bd] : 0.0f;
-        norm_regs(v, w, out, g, eps, q, ds, blk0, r);
+        norm_regs(v, w, out, g, eps, q, ds, blk0, r, bd);
         return;
     }
     double ss = 0.0;
     for (int j = t; j < g; j += bd) ss += (double)x[j] * (double)x[j];
-    ss = block_sum_f64(ss);
+    ss = block_sum_f64(ss, bd >> 5);
     double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
     for (int j0 = 0; j0 < g; j0 += bd) {
         int j = j0 + t;
@@ -672,7 +721,7 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
         bv[i] = in ? b[o + t + i * bd] : 0.0f;
     }
     if (pw != nullptr) {
-        norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r);
+        norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r, bd);
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) bv[i] = r[i];
     }
@@ -681,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
         av[i] = av[i] + bv[i];
         if (t + i * bd < g) sum[o + t + i * bd] = av[i];
     }
-    if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r);
+    if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r, bd);
 }
 
 // Element d of one head rotated with its pair by (cos, sin) = cs[2i], cs[2i + 1] (f64, the
@@ -756,7 +805,7 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
 #pragma unroll
     for (int i = 0; i < NORM_MAXV; i++) hv[i] = t + i * bd < head_dim ? src[t + i * bd] : 0.0f;
     if (nw != nullptr) {
-        norm_regs(hv, nw, (isq ? qn : kn) + o, head_dim, eps, nullptr, nullptr, 0, r);
+        norm_regs(hv, nw, (isq ? qn : kn) + o, head_dim, eps, nullptr, nullptr, 0, r, bd);
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) hv[i] = r[i];
     }
@@ -2436,12 +2485,25 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
 // order as without, so the result is bitwise the same. With ACT_OUT (and PAIR) returns, in
 // every lane, the last row's activation (the value written to y3: the butterfly leaves every
 // lane the same sums), else 0.
-template <int TY, int NT, bool PAIR, bool EARLY = false, bool ACT_OUT = false>
+// Row r of W (k values, whole blocks) in its encoded bytes.
+template <int TY>
+__device__ __forceinline__ const u8* fast_row_ptr(const u8* W, int r, int k) {
+    return W + (size_t)r * ((size_t)(k / block_elems(TY)) * block_bytes(TY));
+}
+
+// FIRST: the caller loaded the lane's first unit (unit `lane`, when the row has one) into
+// first / first2 before its grid wait and whatever it ran after (a fused kernel's prologue,
+// which writes the activations xq / xd point at: it must end before this call, whose
+// __restrict__ promises that nothing else writes them).
+template <int TY, int NT, bool PAIR, bool EARLY = false, bool ACT_OUT = false,
+          bool FIRST = false>
 __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* __restrict__ W2,
                                           const signed char* __restrict__ xq,
                                           const Q8Blk* __restrict__ xd, float* __restrict__ y,
                                           float* __restrict__ y2, float* __restrict__ y3, int t,
-                                          int k, int m, int r, int act, double cgelu) {
+                                          int k, int m, int r, int act, double cgelu,
+                                          const FastUnit<TY>* first = nullptr,
+                                          const FastUnit<TY>* first2 = nullptr) {
     constexpr int E = FastUnit<TY>::E;
     constexpr int BS = block_elems(TY), TS = block_bytes(TY);
     int lane = threadIdx.x & 31;
@@ -2475,7 +2537,14 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
         }
     };
     int u0 = lane;
-    if constexpr (EARLY) {
+    if constexpr (FIRST) {
+        static_assert(NT == 1, "a preloaded first unit serves one activation row");
+        if (u0 < units) {
+            acc[0] = first->dot(xq, xd, u0, acc[0]);
+            if constexpr (PAIR) acc2[0] = first2->dot(xq, xd, u0, acc2[0]);
+        }
+        u0 += 32;
+    } else if constexpr (EARLY) {
         // Each thread waits once: after its first unit's weight loads, or at once when it has
         // no unit (it reads no activations, but the caller may write).
         if (u0 < units) {
@@ -2654,6 +2723,173 @@ GATE_UP_Q8(8)
 GATE_UP_Q8(12)
 GATE_UP_Q8(13)
 GATE_UP_Q8(14)
+
+// ============================================================================================
+// RESIDUAL NORM IN ITS CONSUMER (Backend::residual_norm_then, one activation row): the decode
+// q/k/v and gate/up mat-vecs with residual_norm's stages run first by every block, sparing
+// residual_norm's launch and the round trip of its quantized output. Each block runs the
+// stages exactly as residual_norm's block of nt = plan::norm_threads(g) threads does (its first
+// nt threads; the block may be larger), so every block holds bitwise the values residual_norm
+// would write; it quantizes the normed row into its shared memory and multiplies from there.
+// Block 0 also writes every output residual_norm writes (bn, sum, out and the global
+// quantization), from the very registers it quantized: the taps are what every block consumed.
+// The host runs rows of at most NORM_FUSED_MAX values here (4 a thread at most): every block
+// reads the whole row, which pays for SmolLM2's and Gemma-3's rows, not for Llama's.
+// ============================================================================================
+#define NORM_FUSED_MAX 1024
+// The most threads of a fused block but gate_up_q8's 32-row blocks: plan::norm_fused_threads.
+#define NORM_FUSED_THREADS 256
+
+#define NORM_FUSED_NV 4
+
+// The norm's weights of one thread (post norm, norm), loaded before the grid wait.
+struct NormFusedWeights {
+    float pw[NORM_FUSED_NV], w[NORM_FUSED_NV];
+};
+
+__device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
+                                                const float* __restrict__ b,
+                                                const float* __restrict__ pw, float* bn,
+                                                float* sum, const NormFusedWeights& nwv,
+                                                float* out, int g, float eps, int nt,
+                                                signed char* q, Q8Blk* ds, signed char* sq,
+                                                Q8Blk* sd) {
+    constexpr int NV = NORM_FUSED_NV;
+    bool first = blockIdx.x == 0;
+    int t = threadIdx.x;
+    float av[NV], bv[NV], r[NV];
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        bool in = t < nt && t + i * nt < g;
+        // Through L2 (ld.global.cg), not L1: with programmatic launch, plain loads here read
+        // stale values in replayed steps (check's "untapped (replayed) steps vs tapped" broke
+        // bitwise on three models, session 12; eager steps and graphs without programmatic
+        // edges were exact).
+        av[i] = in ? __ldcg(a + t + i * nt) : 0.0f;
+        bv[i] = in ? __ldcg(b + t + i * nt) : 0.0f;
+    }
+    if (pw != nullptr) {
+        norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r, nt,
+                        nullptr, nullptr);
+#pragma unroll
+        for (int i = 0; i < NV; i++) bv[i] = r[i];
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        av[i] = av[i] + bv[i];
+        if (first && t < nt && t + i * nt < g) sum[t + i * nt] = av[i];
+    }
+    norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
+                    first ? q : nullptr, ds);
+}
+
+__device__ __forceinline__ NormFusedWeights norm_fused_weights(const float* pw, const float* w,
+                                                               int g, int nt) {
+    NormFusedWeights v;
+    if (pw != nullptr) norm_weights<NORM_FUSED_NV, true>(pw, g, nt, v.pw);
+    norm_weights<NORM_FUSED_NV, true>(w, g, nt, v.w);
+    return v;
+}
+
+// A fused kernel's first units: each lane's first unit of its warp's row (of both weights),
+// loaded before the grid wait as the one-row mat-vecs do (weights are written only at upload).
+template <int TY, bool PAIR>
+struct FusedFirst {
+    FastUnit<TY> w, w2;
+    __device__ __forceinline__ void load(const u8* W, const u8* W2, int r, int k) {
+        int lane = threadIdx.x & 31;
+        if (lane >= k / FastUnit<TY>::E) return;
+        w.load(fast_row_ptr<TY>(W, r, k), lane);
+        if constexpr (PAIR) w2.load(fast_row_ptr<TY>(W2, r, k), lane);
+    }
+};
+
+#define NORM_IN_ARGS                                                                              \
+    const float *a, const float *b, const float *pw, float *bn, float *sum, const float *nw,     \
+        float *out, int g, float eps, int nt, signed char *q, Q8Blk *ds
+// A fused kernel's start: the next kernel may launch; the norm weights are loaded; then (the
+// caller, between the two) each warp's first weight units; then NORM_GATE: the grid wait, the
+// norm into the block's shared row, and the barrier after which every warp reads it.
+#define NORM_GATE_SETUP                                                                           \
+    GRID_LAUNCH();                                                                                \
+    __shared__ __align__(16) signed char sq[NORM_FUSED_MAX];                                      \
+    __shared__ Q8Blk sd[NORM_FUSED_MAX / 32];                                                     \
+    NormFusedWeights nwv = norm_fused_weights(pw, nw, g, nt);
+#define NORM_GATE                                                                                 \
+    GRID_WAIT();                                                                                  \
+    norm_row_shared(a, b, pw, bn, sum, nwv, out, g, eps, nt, q, ds, sq, sd);                      \
+    __syncthreads();
+
+// norm_mmv3_fast1_<id>: the norm, then q, k and v (mmv3_fast1's rows, blockDim.x / 32 a
+// block). norm_gate_up_fast1_<id>: the norm, then gate_up_fast1's rows. norm_gate_up_q8_fast1
+// <id>: blocks of 32 rows that also quantize their activation for the down projection, as
+// gate_up_q8_fast1 does. Every warp runs NORM_GATE (a warp without a row too).
+#define NORM_FUSED(TY)                                                                             \
+    extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) norm_mmv3_fast1_##TY(        \
+        NORM_IN_ARGS, const u8* W0, const u8* W1, const u8* W2, float* y0, float* y1, float* y2, \
+        int m0, int m1, int m2) {                                                                 \
+        NORM_GATE_SETUP                                                                           \
+        int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                              \
+        const u8* W = nullptr;                                                                    \
+        float* y = nullptr;                                                                       \
+        int m = 0, rr = r;                                                                        \
+        if (r < m0) {                                                                             \
+            W = W0; y = y0; m = m0;                                                               \
+        } else if ((rr = r - m0) < m1) {                                                          \
+            W = W1; y = y1; m = m1;                                                               \
+        } else if ((rr = r - m0 - m1) < m2) {                                                     \
+            W = W2; y = y2; m = m2;                                                               \
+        }                                                                                         \
+        FusedFirst<TY, false> f;                                                                  \
+        if (W != nullptr) f.load(W, nullptr, rr, g);                                              \
+        NORM_GATE                                                                                 \
+        if (W != nullptr)                                                                         \
+            fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr,  \
+                                                        0, g, m, rr, 0, 0.0, &f.w);              \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) norm_gate_up_fast1_##TY(     \
+        NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m,         \
+        int act, double c) {                                                                      \
+        NORM_GATE_SETUP                                                                           \
+        int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                              \
+        FusedFirst<TY, true> f;                                                                   \
+        if (r < m) f.load(Wg, Wu, r, g);                                                          \
+        NORM_GATE                                                                                 \
+        if (r < m)                                                                                \
+            fast_rows<TY, 1, true, false, false, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m, r,    \
+                                                       act, c, &f.w, &f.w2);                      \
+    }
+// The 32-row quantizing blocks, for the 32-value block types alone (plan::norm_gate_up_quantizes:
+// the K-quants' first units of both weights would spill a 1024-thread block's registers).
+#define NORM_FUSED_Q8(TY)                                                                          \
+    extern "C" __global__ void __launch_bounds__(1024) norm_gate_up_q8_fast1_##TY(                \
+        NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m,         \
+        int act, double c, signed char* aq, Q8Blk* ad) {                                          \
+        NORM_GATE_SETUP                                                                           \
+        __shared__ float s_act[32];                                                               \
+        int r = blockIdx.x * 32 + (threadIdx.x >> 5);                                             \
+        FusedFirst<TY, true> f;                                                                   \
+        f.load(Wg, Wu, r, g);                                                                     \
+        NORM_GATE                                                                                 \
+        float v = fast_rows<TY, 1, true, false, true, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m,  \
+                                                            r, act, c, &f.w, &f.w2);             \
+        if ((threadIdx.x & 31) == 0) s_act[threadIdx.x >> 5] = v;                                 \
+        __syncthreads();                                                                          \
+        if (threadIdx.x < 32) q8_block(s_act[threadIdx.x], aq, ad, blockIdx.x);                   \
+    }
+NORM_FUSED(2)
+NORM_FUSED(3)
+NORM_FUSED(6)
+NORM_FUSED(7)
+NORM_FUSED(8)
+NORM_FUSED(12)
+NORM_FUSED(13)
+NORM_FUSED(14)
+NORM_FUSED_Q8(2)
+NORM_FUSED_Q8(3)
+NORM_FUSED_Q8(6)
+NORM_FUSED_Q8(7)
+NORM_FUSED_Q8(8)
 
 // ============================================================================================
 // LOGITS REDUCTION (LogitsOut::Top): per logits row, its k largest entries in the sampler's

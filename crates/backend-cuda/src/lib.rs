@@ -30,9 +30,10 @@ use cudarc::driver::{
     PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
-    residual_norm_unfused, rope_store_unfused, Activation, AttentionParams, Backend, BackendError,
-    Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary, QkRoped, QkvIn, Residual, RopeParams,
-    RopeStyle, StepKey, StepOut, Taps, WeightView,
+    residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
+    AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary,
+    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, StepKey, StepOut,
+    Taps, WeightView,
 };
 
 pub mod compile;
@@ -268,6 +269,11 @@ struct Kernels {
     /// Per type with a fast kernel: the one-row fused gate/up that also quantizes its
     /// activation for the down projection (`plan::gate_up_quantizes`).
     fast_gu_q8: Vec<(i32, CudaFunction)>,
+    /// Per type with a fast kernel: `residual_norm_then`'s norm inside its one-row consumer
+    /// (the q/k/v mat-vec; the gate/up, with or without the down projection's quantization).
+    norm_mm3: Vec<(i32, CudaFunction)>,
+    norm_gu: Vec<(i32, CudaFunction)>,
+    norm_gu_q8: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
@@ -671,6 +677,9 @@ impl CudaBackend {
         let mut fast_gu = Vec::new();
         let mut fast_mm3 = Vec::new();
         let mut fast_gu_q8 = Vec::new();
+        let mut norm_mm3 = Vec::new();
+        let mut norm_gu = Vec::new();
+        let mut norm_gu_q8 = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
             let pair = |op: &str| -> Result<FastPair, BackendError> {
@@ -683,6 +692,11 @@ impl CudaBackend {
             fast_gu.push((id as i32, pair("gate_up")?));
             fast_mm3.push((id as i32, pair("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
+            norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
+            norm_gu.push((id as i32, f(&format!("norm_gate_up_fast1_{id}"))?));
+            if plan::norm_gate_up_quantizes(id as i32) {
+                norm_gu_q8.push((id as i32, f(&format!("norm_gate_up_q8_fast1_{id}"))?));
+            }
         }
         let attention_tile = f("attention_tile")?;
         let attention_tile_wide = f("attention_tile_wide")?;
@@ -730,6 +744,9 @@ impl CudaBackend {
             fast_gu,
             fast_mm3,
             fast_gu_q8,
+            norm_mm3,
+            norm_gu,
+            norm_gu_q8,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
@@ -2581,6 +2598,212 @@ impl Backend for CudaBackend {
         Residual { post, sum, normed }
     }
 
+    fn residual_norm_then(
+        &self,
+        a: &CudaTensor,
+        b: &CudaTensor,
+        post: Option<&CudaWeight>,
+        next: &CudaWeight,
+        eps: f32,
+        then: NormThen<'_, CudaWeight>,
+    ) -> ResidualThen<CudaTensor> {
+        let (n, g) = (a.rows, a.cols);
+        let row = |w: &CudaWeight| w.rows == 1 && w.cols == g;
+        let fast =
+            |w: &CudaWeight| w.cols == g && plan::FAST.iter().any(|t| t.id() as i32 == w.desc.id);
+        let consumer = match then {
+            NormThen::Qkv { wq, wk, .. } => fast(wq) && wk.desc == wq.desc && wk.cols == g,
+            NormThen::GateUp { gate, up, .. } => {
+                fast(gate) && up.desc == gate.desc && up.rows == gate.rows && up.cols == g
+            }
+        };
+        if self.numerics != Numerics::Fast
+            || !norm_fuse_knob()
+            || !plan::norm_fuses(n, g)
+            || b.rows != n
+            || b.cols != g
+            || !post.is_none_or(row)
+            || !row(next)
+            || !consumer
+        {
+            return residual_norm_then_unfused(self, a, b, post, next, eps, then);
+        }
+        let mut bn = post.map(|_| self.alloc_f32("rms_norm", g));
+        let mut sum = self.alloc_f32("add", g);
+        let mut out = self.alloc_f32("rms_norm", g);
+        let null = 0u64;
+        let (gi, nt) = (g as i32, plan::norm_threads(g) as i32);
+        let mut q8 = self.q8_room(1, g);
+        let Some(q8buf) = q8.as_mut() else {
+            unreachable!("q8_room allocates it")
+        };
+        let (mut qv, mut dv) = q8buf.split_at_mut(g);
+        // residual_norm's arguments, in its order (kernels.cu NORM_IN_ARGS).
+        macro_rules! norm_args {
+            ($l:ident) => {
+                $l.arg(a.buf()).arg(b.buf());
+                match post {
+                    Some(w) => $l.arg(self.vector(w, "rms_norm")),
+                    None => $l.arg(&null),
+                };
+                match bn.as_mut() {
+                    Some(o) => $l.arg(o),
+                    None => $l.arg(&null),
+                };
+                $l.arg(&mut sum)
+                    .arg(self.vector(next, "rms_norm"))
+                    .arg(&mut out)
+                    .arg(&gi)
+                    .arg(&eps)
+                    .arg(&nt)
+                    .arg(&mut qv)
+                    .arg(&mut dv);
+            };
+        }
+        // Both launches: a, b and the norm outputs are one row of g values (g a multiple of
+        // 32, at most NORM_FUSED_MAX: `plan::norm_fuses`), the norm weights g values
+        // (checked); the quantized buffer has room for q8_bytes(1, g); the block has at least
+        // norm_threads(g) threads; the consumer's weights are rows of g encoded values
+        // (checked) and its outputs have their row counts.
+        let threads = plan::norm_fused_threads(g);
+        let rows_a_block = (threads / 32) as usize;
+        let outs = match then {
+            NormThen::Qkv { wq, wk, wv } => {
+                let Some((_, f)) = self.k.norm_mm3.iter().find(|(id, _)| *id == wq.desc.id) else {
+                    unreachable!("every fast type has its fused kernel")
+                };
+                let with_v = fast(wv) && wv.desc == wq.desc;
+                let mut q = self.alloc_f32("matmul", wq.rows);
+                let mut k = self.alloc_f32("matmul", wk.rows);
+                let mut v = with_v.then(|| self.alloc_f32("matmul", wv.rows));
+                let m = [
+                    wq.rows as i32,
+                    wk.rows as i32,
+                    if with_v { wv.rows as i32 } else { 0 },
+                ];
+                let total = m.iter().map(|&r| r as usize).sum::<usize>();
+                let cfg = LaunchConfig {
+                    grid_dim: (total.div_ceil(rows_a_block) as u32, 1, 1),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                let mut l = self.stream.launch_builder(f);
+                norm_args!(l);
+                l.arg(&wq.data).arg(&wk.data);
+                match with_v {
+                    true => l.arg(&wv.data),
+                    false => l.arg(&null),
+                };
+                l.arg(&mut q).arg(&mut k);
+                match v.as_mut() {
+                    Some(o) => l.arg(o),
+                    None => l.arg(&null),
+                };
+                l.arg(&m[0]).arg(&m[1]).arg(&m[2]);
+                // SAFETY: see "both launches" above; m2 = 0 (no v) leaves W2 untouched.
+                unsafe { l.launch(cfg) }
+                    .unwrap_or_else(|e| device_failure("residual_norm_then", e));
+                drop(q8);
+                let normed = self.tensor("rms_norm", out, 1, g);
+                self.q8_of.set(Some(normed.id));
+                let q = self.tensor("matmul", q, 1, wq.rows);
+                let k = self.tensor("matmul", k, 1, wk.rows);
+                // v of another type (Q4_K_M files keep some layers' v in Q6_K): its own matmul,
+                // on the quantization the fused kernel left in the scratch buffer.
+                let v = match v {
+                    Some(v) => self.tensor("matmul", v, 1, wv.rows),
+                    None => self.matmul(&normed, wv),
+                };
+                return ResidualThen {
+                    post: bn.map(|o| self.tensor("rms_norm", o, 1, g)),
+                    sum: self.tensor("add", sum, 1, g),
+                    normed,
+                    outs: (q, k, v),
+                };
+            }
+            NormThen::GateUp { gate, up, act } => {
+                let m = gate.rows;
+                // Blocks of 32 rows that also quantize the activation for the down projection
+                // where they fit one wave, as `gate_up_act` decides; only for the 32-value
+                // block types, whose first weight units fit the registers of such a block.
+                let quantizes = gate_up_q8_knob()
+                    && plan::gate_up_quantizes(1, m, self.k.n_sms)
+                    && plan::norm_gate_up_quantizes(gate.desc.id);
+                let list = if quantizes {
+                    &self.k.norm_gu_q8
+                } else {
+                    &self.k.norm_gu
+                };
+                let Some((_, f)) = list.iter().find(|(id, _)| *id == gate.desc.id) else {
+                    unreachable!("every fast type has its fused kernels")
+                };
+                let mut gv = self.alloc_f32("gate_up_act", m);
+                let mut uv = self.alloc_f32("gate_up_act", m);
+                let mut av = self.alloc_f32("gate_up_act", m);
+                let (mi, ai) = (
+                    m as i32,
+                    match act {
+                        Activation::Silu => 0i32,
+                        Activation::GeluTanh => 1,
+                    },
+                );
+                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let mut act_q8 = quantizes.then(|| self.q8_act_room(m));
+                let mut act_parts = q8_parts(&mut act_q8, m);
+                let cfg = if quantizes {
+                    LaunchConfig {
+                        grid_dim: ((m / 32) as u32, 1, 1),
+                        block_dim: (plan::GATE_UP_Q8_THREADS, 1, 1),
+                        shared_mem_bytes: 0,
+                    }
+                } else {
+                    LaunchConfig {
+                        grid_dim: (m.div_ceil(rows_a_block) as u32, 1, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: 0,
+                    }
+                };
+                let mut l = self.stream.launch_builder(f);
+                norm_args!(l);
+                l.arg(&gate.data)
+                    .arg(&up.data)
+                    .arg(&mut gv)
+                    .arg(&mut uv)
+                    .arg(&mut av)
+                    .arg(&mi)
+                    .arg(&ai)
+                    .arg(&c);
+                if let Some((q, d)) = act_parts.as_mut() {
+                    l.arg(q).arg(d);
+                }
+                // SAFETY: see "both launches" above; when quantizing, m is a multiple of 32
+                // (`plan::gate_up_quantizes`), one 32-row block each, and the activation's
+                // buffer has room for q8_bytes(1, m).
+                unsafe { l.launch(cfg) }
+                    .unwrap_or_else(|e| device_failure("residual_norm_then", e));
+                drop(act_q8);
+                drop(q8);
+                let act_t = self.tensor("gate_up_act", av, 1, m);
+                if quantizes {
+                    self.q8_act_of.set(Some(act_t.id));
+                }
+                (
+                    self.tensor("gate_up_act", gv, 1, m),
+                    self.tensor("gate_up_act", uv, 1, m),
+                    act_t,
+                )
+            }
+        };
+        let normed = self.tensor("rms_norm", out, 1, g);
+        self.q8_of.set(Some(normed.id));
+        ResidualThen {
+            post: bn.map(|o| self.tensor("rms_norm", o, 1, g)),
+            sum: self.tensor("add", sum, 1, g),
+            normed,
+            outs,
+        }
+    }
+
     fn matmul_qkv(
         &self,
         x: &CudaTensor,
@@ -3326,6 +3549,14 @@ fn split_min_keys() -> usize {
 fn gate_up_q8_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Whether one-row `residual_norm_then` runs its norm inside the consumer's kernel
+/// (`plan::norm_fuses`); `LOCKSTEP_CUDA_NORM_FUSE=0` runs `residual_norm` then the consumer
+/// (the same values bitwise), for comparison. Read once.
+fn norm_fuse_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_FUSE").map_or(true, |v| v != "0"))
 }
 
 /// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs

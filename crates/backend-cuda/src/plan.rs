@@ -118,6 +118,42 @@ pub fn gate_up_quantizes(n: usize, m: usize, n_sms: usize) -> bool {
     n == 1 && m > 0 && m.is_multiple_of(32) && m / 32 <= n_sms
 }
 
+/// The longest row a norm fused into its consumer takes (kernels.cu `NORM_FUSED_MAX`: its
+/// shared-memory quantization, four values a thread).
+pub const NORM_FUSED_MAX: usize = 1024;
+
+/// Whether `residual_norm_then` runs the norm inside its consumer (`norm_mmv3_fast1`,
+/// `norm_gate_up_fast1`): one activation row (decode) of `g` values, whole 32-value blocks,
+/// at most [`NORM_FUSED_MAX`]. Every block of the consumer reads the whole row and runs the
+/// norm before its first product, so this is for decode steps of short rows alone (on the
+/// H100: SmolLM2 tg128 1540 against 1457 unfused; at 2048 and 4096 values, with blocks of 512
+/// and 1024 threads, Llama-1B fell from 1174 to 859 and the 8B from 338 to 243).
+pub fn norm_fuses(n: usize, g: usize) -> bool {
+    n == 1 && g >= 32 && g.is_multiple_of(32) && g <= NORM_FUSED_MAX
+}
+
+/// Whether a norm-fused gate/up of weight type `id` may take `gate_up_q8`'s 32-row blocks
+/// (that also quantize the activation): the 32-value block types, whose first weight units
+/// (loaded before the grid wait, both weights) fit a 1024-thread block's registers; the
+/// K-quants' would spill.
+pub fn norm_gate_up_quantizes(id: i32) -> bool {
+    [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ]
+    .iter()
+    .any(|t| t.id() as i32 == id)
+}
+
+/// Threads of a block of a norm-fused consumer that is not `gate_up_q8`'s 32-row shape: the
+/// norm's own block ([`norm_threads`]), at least [`FAST_THREADS`]; one warp a weight row.
+pub fn norm_fused_threads(g: usize) -> u32 {
+    norm_threads(g).max(FAST_THREADS)
+}
+
 /// Bytes of the quantized activations of `n` rows of `k` (k a multiple of 32): `n * k` int8
 /// values, then per 32 values an 8-byte `{f32 d, i32 sum}` (`Q8Blk` in kernels.cu).
 pub fn q8_bytes(n: usize, k: usize) -> usize {
@@ -1036,6 +1072,22 @@ mod tests {
             assert!((1..=64).contains(&y));
             assert!(y as usize <= n.div_ceil(FAST_TILE).max(1));
         }
+        // The norm fused into its consumer: one row, whole 32-value blocks, at most
+        // NORM_FUSED_MAX; the block holds norm_threads(g) threads (the fused norm's own block,
+        // four values a thread at most) and at most 256 (kernels.cu NORM_FUSED_THREADS).
+        assert!(norm_fuses(1, 576) && norm_fuses(1, 640) && norm_fuses(1, 1024));
+        assert!(!norm_fuses(2, 576) && !norm_fuses(1, 2048) && !norm_fuses(1, 100));
+        for g in (32..=NORM_FUSED_MAX).step_by(32) {
+            let t = norm_fused_threads(g);
+            assert!(
+                t >= norm_threads(g) && t <= 256 && t.is_multiple_of(32),
+                "{g}"
+            );
+            assert!(norm_threads(g) as usize * 4 >= g, "{g}");
+        }
+        assert_eq!(norm_fused_threads(576), 256);
+        assert!(norm_gate_up_quantizes(GgmlType::Q4_1.id() as i32));
+        assert!(!norm_gate_up_quantizes(GgmlType::Q4K.id() as i32));
         // 4096 rows: 1024 blocks of 4 warps, several per SM on 132 SMs.
         assert_eq!(fast_grid(1, 4096), (1024, 1));
         // SmolLM2 (1536) and Gemma-3-270M (2048) feed-forwards quantize in gate/up; Llama's

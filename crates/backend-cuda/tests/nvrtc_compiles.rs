@@ -26,9 +26,12 @@ fn kernels_compile_for_sm90() {
             1024
         } else if name == "rope_store" {
             plan::norm_threads(plan::ROPE_MAX_HEAD)
-        } else if name.starts_with("gate_up_q8_fast1_") {
+        } else if name.starts_with("gate_up_q8_fast1_") || name.starts_with("norm_gate_up_q8") {
             // One warp per row of a 32-row output block (plan::GATE_UP_Q8_THREADS).
             1024
+        } else if name.starts_with("norm_") {
+            // The norm fused into its consumer: plan::norm_fused_threads, at most 256.
+            plan::norm_fused_threads(plan::NORM_FUSED_MAX)
         } else if name == "attention_decode_256" {
             // 128 keys x 4 parts (plan::decode_attention_shape).
             512
@@ -47,10 +50,9 @@ fn kernels_compile_for_sm90() {
             "{name}: {n} registers x {threads} threads exceed the register file"
         );
     }
-    for (name, n) in regs
-        .iter()
-        .filter(|(n, _)| n.starts_with("gate_up_q8") || n.starts_with("attention_decode"))
-    {
+    for (name, n) in regs.iter().filter(|(n, _)| {
+        n.starts_with("gate_up_q8") || n.starts_with("attention_decode") || n.starts_with("norm_")
+    }) {
         eprintln!("{name}: {n} registers");
     }
     for k in [
@@ -59,6 +61,9 @@ fn kernels_compile_for_sm90() {
         "rope_store",
         "mmv3_fast_12",
         "gate_up_q8_fast1_12",
+        "norm_mmv3_fast1_14",
+        "norm_gate_up_fast1_14",
+        "norm_gate_up_q8_fast1_3",
         "attention_decode_256",
     ] {
         assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");

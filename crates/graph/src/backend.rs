@@ -259,6 +259,22 @@ pub trait Backend {
     ) -> Residual<Self::Tensor> {
         residual_norm_unfused(self, a, b, post, next, eps)
     }
+    /// `residual_norm` with a `next` norm, and the op that consumes the normed sum (`then`: the
+    /// next layer's q/k/v projections, or the block's gate/up/activation), in one op. A backend
+    /// may run both in one launch (each block of a decode mat-vec norms the row itself and
+    /// quantizes it in shared memory, one block writing what it consumed); every output must
+    /// be bitwise what the two ops give, which is what this default does.
+    fn residual_norm_then(
+        &self,
+        a: &Self::Tensor,
+        b: &Self::Tensor,
+        post: Option<&Self::Weight>,
+        next: &Self::Weight,
+        eps: f32,
+        then: NormThen<'_, Self::Weight>,
+    ) -> ResidualThen<Self::Tensor> {
+        residual_norm_then_unfused(self, a, b, post, next, eps, then)
+    }
     /// Everything between the q/k/v projections and attention, in one op: the optional
     /// per-head norms of q and k, their rotary embedding, and the store of the rotated k and of
     /// v into the cache (`kv_store`). Each output, and what reaches the cache, bitwise what the
@@ -320,6 +336,56 @@ pub fn residual_norm_unfused<B: Backend + ?Sized>(
     let sum = b.add(a, post.as_ref().unwrap_or(x));
     let normed = next.map(|w| b.rms_norm(&sum, w, eps));
     Residual { post, sum, normed }
+}
+
+/// The op that consumes [`Backend::residual_norm_then`]'s normed sum.
+#[derive(Clone, Copy)]
+pub enum NormThen<'a, W> {
+    /// `matmul_qkv(normed, wq, wk, wv)`.
+    Qkv { wq: &'a W, wk: &'a W, wv: &'a W },
+    /// `gate_up_act(normed, gate, up, act)`.
+    GateUp {
+        gate: &'a W,
+        up: &'a W,
+        act: Activation,
+    },
+}
+
+/// The outputs of [`Backend::residual_norm_then`]: `residual_norm`'s (the post-normed block
+/// output when there was a post norm, the new residual stream, its norm) and the consumer's
+/// three (q, k, v or gate, up, activation).
+pub struct ResidualThen<T> {
+    pub post: Option<T>,
+    pub sum: T,
+    pub normed: T,
+    pub outs: (T, T, T),
+}
+
+/// [`Backend::residual_norm_then`] as the two ops (its default; also what a fusing backend
+/// runs for shapes its kernel does not take).
+pub fn residual_norm_then_unfused<B: Backend + ?Sized>(
+    b: &B,
+    a: &B::Tensor,
+    x: &B::Tensor,
+    post: Option<&B::Weight>,
+    next: &B::Weight,
+    eps: f32,
+    then: NormThen<'_, B::Weight>,
+) -> ResidualThen<B::Tensor> {
+    let Residual { post, sum, normed } = b.residual_norm(a, x, post, Some(next), eps);
+    // `residual_norm` norms the sum whenever it is given a norm; its default, and every
+    // backend's override, keep to that, but a missing output is not worth a panic here.
+    let normed = normed.unwrap_or_else(|| b.rms_norm(&sum, next, eps));
+    let outs = match then {
+        NormThen::Qkv { wq, wk, wv } => b.matmul_qkv(&normed, wq, wk, wv),
+        NormThen::GateUp { gate, up, act } => b.gate_up_act(&normed, gate, up, act),
+    };
+    ResidualThen {
+        post,
+        sum,
+        normed,
+        outs,
+    }
 }
 
 /// [`Backend::rope_store`] as the separate ops (its default; also what a fusing backend runs

@@ -2,7 +2,7 @@
 //! like llama2.c's `forward`, with a tap after every op.
 
 use lockstep_graph::{
-    AttentionParams, Backend, Batch, LogitsOut, QkvIn, RopeParams, StepKey, StepOut, Taps,
+    AttentionParams, Backend, Batch, LogitsOut, NormThen, QkvIn, RopeParams, StepKey, StepOut, Taps,
 };
 
 use crate::config::ModelConfig;
@@ -79,11 +79,14 @@ fn forward_ops<B: Backend>(
     }
 
     // Each layer's attention norm is made by the op that ends the layer before it (the
-    // residual add and the norm in one op, which a backend may fuse); the first one here.
+    // residual add, the norm and the q/k/v projections of the next layer in one op, which a
+    // backend may fuse); the first one here.
     let mut next_norm = model
         .layers
         .first()
         .map(|w| b.rms_norm(&x, &w.attn_norm, cfg.rms_eps));
+    // The next layer's q, k and v when the op that made its norm also projected it.
+    let mut next_qkv = None;
     let mut out_norm = None;
     // Every row goes to the head, in order (decode): the output norm joins the last add.
     let all_rows = batch.output_rows.iter().copied().eq(0..batch.n_tokens());
@@ -95,7 +98,10 @@ fn forward_ops<B: Backend>(
             unreachable!("made before the loop and at the end of every layer but the last")
         };
         taps.emit_layer(il, "attn_norm", || b.to_host(&h));
-        let (mut q, mut k, mut v) = b.matmul_qkv(&h, &w.wq, &w.wk, &w.wv);
+        let (mut q, mut k, mut v) = match next_qkv.take() {
+            Some(qkv) => qkv,
+            None => b.matmul_qkv(&h, &w.wq, &w.wk, &w.wv),
+        };
         if let Some(bq) = &w.bq {
             q = b.add_bias(&q, bq);
         }
@@ -148,13 +154,19 @@ fn forward_ops<B: Backend>(
         taps.emit_layer(il, "kqv", || b.to_host(&kqv));
         let attn_out = b.matmul(&kqv, &w.wo);
         taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));
-        // The optional post norm, the residual add and the feed-forward norm: one op.
-        let r = b.residual_norm(
+        // The optional post norm, the residual add, the feed-forward norm, and gate, up and
+        // the activation on it: one op.
+        let r = b.residual_norm_then(
             &x,
             &attn_out,
             w.post_attn_norm.as_ref(),
-            Some(&w.ffn_norm),
+            &w.ffn_norm,
             cfg.rms_eps,
+            NormThen::GateUp {
+                gate: &w.ffn_gate,
+                up: &w.ffn_up,
+                act: cfg.activation,
+            },
         );
         if let Some(p) = &r.post {
             taps.emit_layer(il, "attn_post_norm", || b.to_host(p));
@@ -163,31 +175,45 @@ fn forward_ops<B: Backend>(
         taps.emit_layer(il, "ffn_inp", || b.to_host(&ffn_inp));
 
         // Feed-forward.
-        let Some(h) = r.normed else {
-            unreachable!("residual_norm norms the sum when asked")
-        };
+        let h = r.normed;
         taps.emit_layer(il, "ffn_norm", || b.to_host(&h));
-        // gate, up and the activation: one op that a backend may fuse.
-        let (gate, up, act) = b.gate_up_act(&h, &w.ffn_gate, &w.ffn_up, cfg.activation);
+        let (gate, up, act) = r.outs;
         taps.emit_layer(il, "ffn_gate", || b.to_host(&gate));
         taps.emit_layer(il, "ffn_up", || b.to_host(&up));
         taps.emit_layer(il, "ffn_act", || b.to_host(&act));
         let ffn_out = b.matmul(&act, &w.ffn_down);
         taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
         // The optional post norm, the residual add, and the norm that follows: the next
-        // layer's attention norm, or after the last layer the output norm when every row goes
-        // to the head (decode), so the head's input needs no row selection.
-        let last = il + 1 == model.layers.len();
-        let next = match model.layers.get(il + 1) {
-            Some(n) => Some(&n.attn_norm),
-            None if all_rows => Some(&model.output_norm),
-            None => None,
-        };
+        // layer's attention norm (with that layer's q/k/v projections, one op), or after the
+        // last layer the output norm when every row goes to the head (decode), so the head's
+        // input needs no row selection.
+        if let Some(n) = model.layers.get(il + 1) {
+            let r = b.residual_norm_then(
+                &ffn_inp,
+                &ffn_out,
+                w.post_ffn_norm.as_ref(),
+                &n.attn_norm,
+                cfg.rms_eps,
+                NormThen::Qkv {
+                    wq: &n.wq,
+                    wk: &n.wk,
+                    wv: &n.wv,
+                },
+            );
+            if let Some(p) = &r.post {
+                taps.emit_layer(il, "ffn_post_norm", || b.to_host(p));
+            }
+            x = r.sum;
+            taps.emit_layer(il, "l_out", || b.to_host(&x));
+            next_norm = Some(r.normed);
+            next_qkv = Some(r.outs);
+            continue;
+        }
         let r = b.residual_norm(
             &ffn_inp,
             &ffn_out,
             w.post_ffn_norm.as_ref(),
-            next,
+            all_rows.then_some(&model.output_norm),
             cfg.rms_eps,
         );
         if let Some(p) = &r.post {
@@ -195,11 +221,7 @@ fn forward_ops<B: Backend>(
         }
         x = r.sum;
         taps.emit_layer(il, "l_out", || b.to_host(&x));
-        if last {
-            out_norm = r.normed;
-        } else {
-            next_norm = r.normed;
-        }
+        out_norm = r.normed;
     }
 
     // Only the rows whose logits are wanted go through the head: for a long prompt that is

@@ -18,7 +18,7 @@ use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
     Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
-    LogitsOut, LogitsSummary, QkvIn, RopeParams, RopeStyle, StepOut, Taps, WeightView,
+    LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, StepOut, Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
 use serde::Serialize;
@@ -794,6 +794,170 @@ impl<'b, B: Backend> Harness<'b, B> {
         }
     }
 
+    /// The end of a block and the op that consumes its norm, in one op (`residual_norm_then`;
+    /// cuda: for one row, the norm inside the consumer's kernel). Each stage against the
+    /// reference on B's own input to it: the post norm, the sum, the norm, then the consumer's
+    /// products on B's normed row (quantized as B's arithmetic declares), the activation on
+    /// B's own products, and (gate/up) the down projection on B's activation, which reads the
+    /// quantization the fused kernel may have left. `v_ty`: q/k/v with v of that type, rows
+    /// m, m / 4, m / 4; none: gate/up of m rows.
+    fn norm_then_case(
+        &mut self,
+        ty: GgmlType,
+        v_ty: Option<GgmlType>,
+        n: usize,
+        g: usize,
+        m: usize,
+        post: bool,
+    ) {
+        let op = "residual_norm_then";
+        if !self.wants(op, ty.name()) {
+            return;
+        }
+        let act = if post {
+            Activation::GeluTanh
+        } else {
+            Activation::Silu
+        };
+        let consumer = match v_ty {
+            Some(v) => format!(
+                "q/k/v {}/{}/{} [{m}|{}|{}]",
+                ty.name(),
+                ty.name(),
+                v.name(),
+                m / 4,
+                m / 4
+            ),
+            None => format!("gate/up {} [{m}] {act:?}", ty.name()),
+        };
+        let shape = format!(
+            "[{n}, {g}]{}, then {consumer}",
+            if post { ", post norm" } else { "" }
+        );
+        let adata = self.rng.activations(n, g);
+        let bdata = self.rng.activations(n, g);
+        let (Ok((ba, ra)), Ok((bb, rb))) = (self.upload(n, g, &adata), self.upload(n, g, &bdata))
+        else {
+            return self.error(op, shape, ty.name(), "upload failed".into(), false);
+        };
+        let pw: Vec<f32> = (0..g).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+        let nw: Vec<f32> = (0..g).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+        let (Ok(pw), Ok(nw)) = (
+            self.weight(GgmlType::F32, 1, g, &pw),
+            self.weight(GgmlType::F32, 1, g, &nw),
+        ) else {
+            return self.error(op, shape, "F32", "norm weight not loaded".into(), true);
+        };
+        let specs: Vec<(GgmlType, usize)> = match v_ty {
+            Some(v) => vec![(ty, m), (ty, m / 4), (v, m / 4)],
+            None => vec![(ty, m), (ty, m)],
+        };
+        let mut ws = Vec::new();
+        for &(t, rows) in &specs {
+            let data: Vec<f32> = (0..rows * g).map(|_| self.rng.normal(0.05)).collect();
+            match self.weight(t, rows, g, &data) {
+                Ok(w) => ws.push(w),
+                Err(e) => return self.error(op, shape, t.name(), e, true),
+            }
+        }
+        let then = match v_ty {
+            Some(_) => NormThen::Qkv {
+                wq: &ws[0].0,
+                wk: &ws[1].0,
+                wv: &ws[2].0,
+            },
+            None => NormThen::GateUp {
+                gate: &ws[0].0,
+                up: &ws[1].0,
+                act,
+            },
+        };
+        let r = self
+            .b
+            .residual_norm_then(&ba, &bb, post.then_some(&pw.0), &nw.0, 1e-6, then);
+        let arith = self.arith;
+        let addend = match (&r.post, post) {
+            (Some(p), true) => {
+                let got = self.b.to_host(p);
+                let exp = self.r.rms_norm(&rb, &pw.1, 1e-6);
+                let bound = norm_bound(arith, g);
+                self.record(op, format!("{shape}: post"), "F32", &exp, &got, bound);
+                got
+            }
+            (None, false) => rb,
+            _ => return self.error(op, shape, "F32", "post norm output wrong".into(), false),
+        };
+        let gs = self.b.to_host(&r.sum);
+        let es = self.r.add(&ra, &addend);
+        let bound = rounding_bound(arith);
+        self.record(op, format!("{shape}: sum"), "F32", &es, &gs, bound);
+        let gn = self.b.to_host(&r.normed);
+        let en = self.r.rms_norm(&gs, &nw.1, 1e-6);
+        self.record(
+            op,
+            format!("{shape}: norm"),
+            "F32",
+            &en,
+            &gn,
+            norm_bound(arith, g),
+        );
+        let (o0, o1, o2) = r.outs;
+        let got = [
+            self.b.to_host(&o0),
+            self.b.to_host(&o1),
+            self.b.to_host(&o2),
+        ];
+        let names: &[&str] = match v_ty {
+            Some(_) => &["q", "k", "v"],
+            None => &["gate", "up"],
+        };
+        for (i, which) in names.iter().enumerate() {
+            let t = specs[i].0;
+            let xq = if quantizes(arith, t) {
+                quantize_q8_f32(&gn)
+            } else {
+                gn.clone()
+            };
+            let rw = &ws[i].1;
+            let exp = self.r.matmul(&xq, rw);
+            let bound = matmul_bound(arith, &column_squares(&rw.data, g), &xq, &exp);
+            self.record(
+                op,
+                format!("{shape}: {which}"),
+                t.name(),
+                &exp,
+                &got[i],
+                bound,
+            );
+        }
+        if v_ty.is_some() {
+            return;
+        }
+        let ea = self.r.act_mul(&got[0], &got[1], act);
+        let ba_ = act_bound(arith, act, &got[0].data, &ea);
+        self.record(op, format!("{shape}: act"), ty.name(), &ea, &got[2], ba_);
+        // The down projection on B's activation (the quantization a fused kernel left).
+        let dty = if m.is_multiple_of(ty.block_size()) {
+            ty
+        } else {
+            GgmlType::Q8_0
+        };
+        let d: Vec<f32> = (0..g * m).map(|_| self.rng.normal(0.05)).collect();
+        let (bd, rd) = match self.weight(dty, g, m, &d) {
+            Ok(w) => w,
+            Err(e) => return self.error(op, shape, dty.name(), e, true),
+        };
+        let gd = self.b.to_host(&self.b.matmul(&o2, &bd));
+        let aq = if quantizes(arith, dty) {
+            quantize_q8_f32(&got[2])
+        } else {
+            got[2].clone()
+        };
+        let exp = self.r.matmul(&aq, &rd);
+        let bound = matmul_bound(arith, &column_squares(&rd.data, m), &aq, &exp);
+        self.record(op, format!("{shape}: down"), dty.name(), &exp, &gd, bound);
+    }
+
     /// Per-head norms, rotation and the K/V store in one op (`rope_store`): the normed and
     /// rotated q and k as `rms_norm` and `rope` (each on B's own input to it), and the cache
     /// read back through attention's `k_read` / `v_read` taps: exactly the rotated k B
@@ -1337,6 +1501,25 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         for n in [1usize, 3] {
             h.qkv_case(tys, n, 256);
         }
+    }
+    // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
+    // another type (Q4_K_M), the longest fused row with a post norm, Gemma-3's feed-forward
+    // (one wave of 32-row blocks: the activation quantized in the same launch), a feed-forward
+    // too large for that, a K-quant one; then Llama's rows and three rows (the separate ops on
+    // cuda).
+    let q41 = GgmlType::Q4_1;
+    for (ty, v_ty, n, g, m, post) in [
+        (q41, Some(q41), 1usize, 576usize, 64usize, false),
+        (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 1024, 128, false),
+        (GgmlType::Q8_0, Some(GgmlType::Q8_0), 1, 1024, 64, true),
+        (GgmlType::Q5_0, None, 1, 640, 2048, true),
+        (GgmlType::Q8_0, None, 1, 256, 4352, false),
+        (GgmlType::Q6K, None, 1, 768, 64, false),
+        (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 4096, 64, false),
+        (GgmlType::Q4K, None, 1, 2048, 64, false),
+        (GgmlType::Q4_0, Some(GgmlType::Q4_0), 3, 256, 64, false),
+    ] {
+        h.norm_then_case(ty, v_ty, n, g, m, post);
     }
     h.elementwise_cases();
     h.rope_cases();

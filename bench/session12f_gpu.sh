@@ -1,0 +1,62 @@
+#!/bin/bash
+# Session 12, last call: the build to land. check --ops (its residual_norm_then cases), diff and
+# isolation on four shapes and eight tiny-llama types (rows of 256: the fused kernels for every
+# fast type), check's invariances on three models (replayed vs tapped bitwise), generations
+# fused vs not, two faults through the fused kernels, then pp512 / tg128 on the four anchor
+# shapes, tg128 unfused, and the session's start (.device/lockstep-base), in one call.
+set -u
+B=${LOCKSTEP:-./.device/lockstep}
+F=${LOCKSTEP_FAULTS:-./.device/lockstep-faults}
+O=${OUT:-/tmp/s12f}; mkdir -p $O
+T0=$(date +%s); el() { echo "   [$(( $(date +%s) - T0 )) s]"; }
+$B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf | tail -1
+$B synth --like smollm2 --type Q4_1 --layers 4 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol4.gguf | tail -1
+$B synth --like gemma3 --type Q4_K_M --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3.gguf | tail -1
+$B synth --like gemma3 --type Q4_K_M --layers 4 --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3-4.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M -o /tmp/l1b.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M --layers 3 -o /tmp/l1b3.gguf | tail -1
+$B synth --like llama-8b --type Q4_K_M --layers 2 -o /tmp/l8b2.gguf | tail -1
+TQ=.device/tiny/tiny-llama-Q4_K.gguf
+( LOCKSTEP_CUDA_CACHE=/tmp/cubin-f LOCKSTEP_CUDA_FAULT=q4k-wrong-scale $F diff -m $TQ --a ref --b cuda --ids 7 --decode 3 > $O/fault-q4k.txt 2>&1
+  LOCKSTEP_CUDA_CACHE=/tmp/cubin-f2 LOCKSTEP_CUDA_FAULT=wrong-kv-head $F diff -m /tmp/smol4.gguf --a ref --b cuda --ids 7 --decode 4 > $O/fault-kvh.txt 2>&1 ) &
+( $B synth --like llama-8b --type Q4_K_M -o /tmp/l8b.gguf > /dev/null 2>&1 ) &
+( LOCKSTEP_CUDA_CACHE=/tmp/cubin-base ./.device/lockstep-base bench --backend cuda -m /tmp/smol.gguf -p 0 -n 4 -r 1 > /dev/null 2>&1 ) &
+export LOCKSTEP_CUDA_CACHE=/tmp/cubin
+$B check --ops --backend cuda > $O/ops-cuda.txt 2>&1; echo "== check --ops --backend cuda: $(tail -1 $O/ops-cuda.txt)"
+grep -E "residual_norm_then" $O/ops-cuda.txt | grep -vE " ok$" | head -5
+grep -cE "residual_norm_then.* ok$" $O/ops-cuda.txt
+grep -E "residual_norm_then \[1, (576|640)\].*: (norm|q|gate|down) " $O/ops-cuda.txt | head -6
+el
+for mn in smol4:40:32 gemma3-4:40:32 l1b3:40:32 l8b2:24:32; do
+  IFS=: read m n d <<< "$mn"; IDS=$(seq -s, 7 $((n + 6)))
+  $B diff -m /tmp/$m.gguf --a ref --b cuda --ids $IDS --decode $d --isolate > $O/iso-$m.txt 2>&1
+  echo "== diff $m ($n + $d) --isolate: rc $? | $(grep -E '^verdict' $O/iso-$m.txt | cut -c1-110) | $(grep -E '^isolated verdict' $O/iso-$m.txt | cut -c1-110)"
+done
+for t in Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; do
+  $B diff -m .device/tiny/tiny-llama-$t.gguf --a ref --b cuda --ids $(seq -s, 7 30) --decode 8 --isolate > $O/iso-tiny-$t.txt 2>&1
+  echo "== diff tiny-llama $t (24 + 8) --isolate: rc $? | $(grep -E '^isolated verdict' $O/iso-tiny-$t.txt | cut -c1-100)"
+done; el
+for m in smol4 gemma3-4 tiny; do
+  f=/tmp/$m.gguf; [ $m = tiny ] && f=$TQ
+  $B check -m $f --backend cuda > $O/c-$m.txt 2>&1
+  echo "== check $m: $(grep -E '^  (ok|FAIL)' $O/c-$m.txt | tr -s ' ' | cut -c1-60 | tr '\n' '|')"
+done
+$B check -m /tmp/smol4.gguf --backend cuda --deterministic > $O/c-det.txt 2>&1
+echo "== check smol4 --deterministic: $(grep -E '^  (ok|FAIL)' $O/c-det.txt | tr -s ' ' | cut -c1-60 | tr '\n' '|')"; el
+P="The capital of France is Paris. The capital of Germany is"
+for m in smol gemma3; do
+  for t in 0 0.8; do
+    $B run -m /tmp/$m.gguf --backend cuda -p "$P" -n 300 --ignore-eos --temp $t > $O/run-new.txt 2>/dev/null
+    LOCKSTEP_CUDA_NORM_FUSE=0 $B run -m /tmp/$m.gguf --backend cuda -p "$P" -n 300 --ignore-eos --temp $t > $O/run-base.txt 2>/dev/null
+    echo "== $m temp $t, 300 tokens: fused norm vs residual_norm: $(cmp -s $O/run-new.txt $O/run-base.txt && echo same || echo DIFFER) ($(wc -c < $O/run-new.txt) bytes)"
+  done
+done; el
+wait
+echo "== fault q4k-wrong-scale (tiny-llama Q4_K, one token + 3): $(grep -E '^verdict' $O/fault-q4k.txt | cut -c1-420)"
+echo "== fault wrong-kv-head (smol4, one token + 4): $(grep -E '^verdict' $O/fault-kvh.txt | cut -c1-200)"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+for m in smol gemma3 l1b l8b; do
+  echo "-- $m"; $B bench --backend cuda -m /tmp/$m.gguf -r 5 2>&1 | grep -E "\| (pp|tg)|GPU memory"
+  [ $m = smol -o $m = gemma3 ] && echo "-- $m unfused: $(LOCKSTEP_CUDA_NORM_FUSE=0 $B bench --backend cuda -m /tmp/$m.gguf -p 0 -n 128 -r 5 2>&1 | grep -E '\| tg' | tr -s ' ')"
+  echo "-- $m session start: $(LOCKSTEP_CUDA_CACHE=/tmp/cubin-base ./.device/lockstep-base bench --backend cuda -m /tmp/$m.gguf -p 0 -n 128 -r 5 2>&1 | grep -E '\| tg' | tr -s ' ')"
+done; el
