@@ -37,8 +37,11 @@ template <class T> inline T max(T a, T b) { return a > b ? a : b; }
 using std::exp;
 inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 #define __global__
-// Programmatic dependent launch has nothing to wait for on the CPU.
+// Programmatic dependent launch has nothing to wait for on the CPU; an L2-only load is a load.
 #define GRID_ENTER()
+#define GRID_WAIT()
+#define GRID_LAUNCH()
+template <class T> inline T __ldcg(const T* p) { return *p; }
 #define __device__
 #define __forceinline__
 #define __launch_bounds__(...)

@@ -1602,16 +1602,53 @@ __device__ __forceinline__ void attention_decode_body(
     __shared__ u32 s_slot[ATT_D_MAX_KEYS];
     __shared__ unsigned char s_vis[ATT_D_MAX_KEYS];
     __shared__ float s_sum[MAX_G];
+    // Before the grid wait (the kernel before is rope_store, which writes q and this step's
+    // K/V row): the step's tables (staged before the step's kernels run) and the K and V rows
+    // of every key an earlier step wrote (positions before the row's own: one row a sequence),
+    // through L2 (ld.global.cg: a replayed step must not read an L1 line left from an earlier
+    // one); the row's own key after the wait.
     int row = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int* ri = info + row * ROW_INFO;
-    int soff = ri[0], n_kv = ri[1], pos = ri[2], moff = ri[4];
-    size_t soff_sc = (size_t)ri[3];
+    int soff = __ldcg(ri), n_kv = __ldcg(ri + 1), pos = __ldcg(ri + 2), moff = __ldcg(ri + 4);
+    size_t soff_sc = (size_t)__ldcg(ri + 3);
     int group = n_heads / n_kv_heads;
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
     int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
+    for (int jj = tid; jj < n; jj += THREADS) {
+        s_slot[jj] = __ldcg(slots + soff + lo + jj);
+        s_vis[jj] = moff < 0 || __ldcg(mask + moff + lo + jj);
+    }
+    __syncthreads();
+    int kj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
+    bool kin = kj < n && s_vis[kj];
+    const float4* kr = (const float4*)(kc + (base + (kin ? s_slot[kj] : 0)) * kv_dim +
+                                       (size_t)kh * D + hf * PART);
+    float4 kv[PART / 4];
+    if (kin && lo + kj < pos) {
+#pragma unroll
+        for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+    }
+    // V likewise where the registers allow (heads of up to 128 values).
+    constexpr bool EARLY_V = D <= 128;
+    int vc4 = tid % C4, vkg = tid / C4;
+    const float* vb = vc + (size_t)kh * D + 4 * vc4;
+    float4 vv[KPT];
+#pragma unroll
+    for (int r = 0; r < KPT; r++) {
+        int jj = vkg + r * KG;
+        vv[r] = float4{0.f, 0.f, 0.f, 0.f};
+        if (EARLY_V && jj < n && s_vis[jj] && lo + jj < pos)
+            vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
+    }
+    GRID_WAIT();
+    GRID_LAUNCH();
+    if (kin && lo + kj >= pos) {
+#pragma unroll
+        for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+    }
     if (scores != nullptr)
         for (int j = tid; j < n_kv; j += THREADS)
             if (j < lo || j > hi)
@@ -1621,32 +1658,20 @@ __device__ __forceinline__ void attention_decode_body(
         int i = x / D, d = x - i * D;
         s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d];
     }
-    for (int jj = tid; jj < n; jj += THREADS) {
-        s_slot[jj] = slots[soff + lo + jj];
-        s_vis[jj] = moff < 0 || mask[moff + lo + jj];
-    }
     __syncthreads();
-    {
-        int jj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
-        if (jj < n && s_vis[jj]) {
-            const float4* kr =
-                (const float4*)(kc + (base + s_slot[jj]) * kv_dim + (size_t)kh * D + hf * PART);
-            float4 kv[PART / 4];
+    if (kin) {
+        for (int i = 0; i < group; i++) {
+            const float4* qr = (const float4*)(s_q + i * D + hf * PART);
+            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll
-            for (int c = 0; c < PART / 4; c++) kv[c] = kr[c];
-            for (int i = 0; i < group; i++) {
-                const float4* qr = (const float4*)(s_q + i * D + hf * PART);
-                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-#pragma unroll
-                for (int c = 0; c < PART / 4; c++) {
-                    float4 qq = qr[c];
-                    a0 += qq.x * kv[c].x;
-                    a1 += qq.y * kv[c].y;
-                    a2 += qq.z * kv[c].z;
-                    a3 += qq.w * kv[c].w;
-                }
-                s_a[(hf * MAX_G + i) * ATT_D_MAX_KEYS + jj] = (a0 + a1) + (a2 + a3);
+            for (int c = 0; c < PART / 4; c++) {
+                float4 qq = qr[c];
+                a0 += qq.x * kv[c].x;
+                a1 += qq.y * kv[c].y;
+                a2 += qq.z * kv[c].z;
+                a3 += qq.w * kv[c].w;
             }
+            s_a[(hf * MAX_G + i) * ATT_D_MAX_KEYS + kj] = (a0 + a1) + (a2 + a3);
         }
     }
     __syncthreads();
@@ -1683,14 +1708,12 @@ __device__ __forceinline__ void attention_decode_body(
     }
     __syncthreads();
     {
-        int c = tid % C4, kg = tid / C4;
-        const float* vb = vc + (size_t)kh * D + 4 * c;
-        float4 vv[KPT];
+        int c = vc4, kg = vkg;
 #pragma unroll
         for (int r = 0; r < KPT; r++) {
             int jj = kg + r * KG;
-            vv[r] = jj < n && s_vis[jj] ? *(const float4*)(vb + (base + s_slot[jj]) * kv_dim)
-                                        : float4{0.f, 0.f, 0.f, 0.f};
+            if (jj < n && s_vis[jj] && (!EARLY_V || lo + jj >= pos))
+                vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
         }
         for (int i = 0; i < group; i++) {
             float4 a = {0.f, 0.f, 0.f, 0.f};
@@ -1726,7 +1749,6 @@ __device__ __forceinline__ void attention_decode_body(
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
         float scale, int window, signed char* q8q, Q8Blk* q8d) {                                 \
-        GRID_ENTER();                                                                            \
         attention_decode_body<D>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,       \
                                  n_kv_heads, scale, window, q8q, q8d);                           \
     }
