@@ -3672,6 +3672,13 @@ mod tests {
         assert_eq!(plan::FAST_TILE, 8);
         // The shared-memory layout the host sizes is the kernel's.
         assert!(KERNEL_SOURCE.contains("#define SEG_BYTES 1024"));
+        // The norm fused into its consumer: the host's limits are the kernels' (the shared row,
+        // the launch bounds).
+        assert!(KERNEL_SOURCE.contains(&format!("#define NORM_FUSED_MAX {}", plan::NORM_FUSED_MAX)));
+        assert!(KERNEL_SOURCE.contains(&format!(
+            "#define NORM_FUSED_THREADS {}",
+            plan::norm_fused_threads(plan::NORM_FUSED_MAX)
+        )));
         assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));
         // Every seeded fault has its switch in the kernels.
         for (name, define, _) in FAULTS {
