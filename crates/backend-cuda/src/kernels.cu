@@ -2501,19 +2501,18 @@ __device__ __forceinline__ float warp_sum_fixed(float v) {
     return v;
 }
 
-// NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR). With EARLY
-// the kernel has not yet waited for the grid before it (GRID_WAIT): each lane loads its first
-// unit's weights, then waits, then reads activations; the same loads and arithmetic in the same
-// order as without, so the result is bitwise the same. With ACT_OUT (and PAIR) returns, in
-// every lane, the last row's activation (the value written to y3: the butterfly leaves every
-// lane the same sums), else 0.
 // Row r of W (k values, whole blocks) in its encoded bytes.
 template <int TY>
 __device__ __forceinline__ const u8* fast_row_ptr(const u8* W, int r, int k) {
     return W + (size_t)r * ((size_t)(k / block_elems(TY)) * block_bytes(TY));
 }
 
-// FIRST: the caller loaded the lane's first unit (unit `lane`, when the row has one) into
+// NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR). With EARLY
+// the kernel has not yet waited for the grid before it (GRID_WAIT): each lane loads its first
+// unit's weights, then waits, then reads activations; the same loads and arithmetic in the same
+// order as without, so the result is bitwise the same. With ACT_OUT (and PAIR) returns, in
+// every lane, the last row's activation (the value written to y3: the butterfly leaves every
+// lane the same sums), else 0. FIRST: the caller loaded the lane's first unit (unit `lane`, when the row has one) into
 // first / first2 before its grid wait and whatever it ran after (a fused kernel's prologue,
 // which writes the activations xq / xd point at: it must end before this call, whose
 // __restrict__ promises that nothing else writes them).
@@ -2724,6 +2723,14 @@ FAST_FOR(14)
 // block holds one whole 32-value block of the output; the values are those written to `a`,
 // quantized by q8_block as quantize_q8_32 would from `a`. The host takes it where the blocks
 // fit one wave (plan::gate_up_quantizes) and gives m a multiple of 32.
+// The end of a 32-row gate/up block: its 32 activations (v, each warp's row, in every lane)
+// meet in shared memory and one warp quantizes them as output block blockIdx.x.
+__device__ __forceinline__ void act_block_q8(float v, float* s_act, signed char* aq, Q8Blk* ad) {
+    if ((threadIdx.x & 31) == 0) s_act[threadIdx.x >> 5] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) q8_block(s_act[threadIdx.x], aq, ad, blockIdx.x);
+}
+
 #define GATE_UP_Q8(TY)                                                                           \
     extern "C" __global__ void __launch_bounds__(1024)                                            \
         gate_up_q8_fast1_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                \
@@ -2733,9 +2740,7 @@ FAST_FOR(14)
         __shared__ float s_act[32];                                                              \
         int r = blockIdx.x * 32 + (threadIdx.x >> 5);                                            \
         float v = fast_rows<TY, 1, true, true, true>(Wg, Wu, xq, xd, g, u, a, 0, k, m, r, act, c); \
-        if ((threadIdx.x & 31) == 0) s_act[threadIdx.x >> 5] = v;                                \
-        __syncthreads();                                                                         \
-        if (threadIdx.x < 32) q8_block(s_act[threadIdx.x], aq, ad, blockIdx.x);                  \
+        act_block_q8(v, s_act, aq, ad);                                                          \
     }
 GATE_UP_Q8(2)
 GATE_UP_Q8(3)
@@ -2791,8 +2796,8 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         bv[i] = in ? __ldcg(b + t + i * nt) : 0.0f;
     }
     if (pw != nullptr) {
-        norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r, nt,
-                        nullptr, nullptr);
+        norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r,
+                              nt, nullptr, nullptr);
 #pragma unroll
         for (int i = 0; i < NV; i++) bv[i] = r[i];
     }
@@ -2802,7 +2807,7 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         if (first && t < nt && t + i * nt < g) sum[t + i * nt] = av[i];
     }
     norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
-                    first ? q : nullptr, ds);
+                          first ? q : nullptr, ds);
 }
 
 __device__ __forceinline__ NormFusedWeights norm_fused_weights(const float* pw, const float* w,
@@ -2895,9 +2900,7 @@ struct FusedFirst {
         NORM_GATE                                                                                 \
         float v = fast_rows<TY, 1, true, false, true, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m,  \
                                                             r, act, c, &f.w, &f.w2);             \
-        if ((threadIdx.x & 31) == 0) s_act[threadIdx.x >> 5] = v;                                 \
-        __syncthreads();                                                                          \
-        if (threadIdx.x < 32) q8_block(s_act[threadIdx.x], aq, ad, blockIdx.x);                   \
+        act_block_q8(v, s_act, aq, ad);                                                           \
     }
 NORM_FUSED(2)
 NORM_FUSED(3)

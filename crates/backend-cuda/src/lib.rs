@@ -1925,11 +1925,7 @@ impl CudaBackend {
                 };
                 let (mut aq, mut ad) = abuf.split_at_mut(m);
                 let (ki, mi) = (k as i32, m as i32);
-                let ai: i32 = match act {
-                    Activation::Silu => 0,
-                    Activation::GeluTanh => 1,
-                };
-                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let (ai, c) = act_args(act);
                 let mut b = self.stream.launch_builder(fq);
                 b.arg(&gate.data)
                     .arg(&up.data)
@@ -1971,12 +1967,7 @@ impl CudaBackend {
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
             let (gx, gy) = plan::fast_grid(n, m);
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
-            let ai: i32 = match act {
-                Activation::Silu => 0,
-                Activation::GeluTanh => 1,
-            };
-            // act_mul's constant, computed by the same host expression.
-            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let (ai, c) = act_args(act);
             let mut b = self.stream.launch_builder(f.for_rows(n));
             b.arg(&gate.data)
                 .arg(&up.data)
@@ -2450,11 +2441,7 @@ impl Backend for CudaBackend {
             let (gx, gy) = plan::gate_up_grid(n, m);
             let f = if n == 1 { t1 } else { t8 };
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
-            let ai: i32 = match act {
-                Activation::Silu => 0,
-                Activation::GeluTanh => 1,
-            };
-            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let (ai, c) = act_args(act);
             let mut b = self.stream.launch_builder(f);
             b.arg(&gate.data)
                 .arg(&up.data)
@@ -2740,14 +2727,8 @@ impl Backend for CudaBackend {
                 let mut gv = self.alloc_f32("gate_up_act", m);
                 let mut uv = self.alloc_f32("gate_up_act", m);
                 let mut av = self.alloc_f32("gate_up_act", m);
-                let (mi, ai) = (
-                    m as i32,
-                    match act {
-                        Activation::Silu => 0i32,
-                        Activation::GeluTanh => 1,
-                    },
-                );
-                let c = (2.0 / std::f64::consts::PI).sqrt();
+                let mi = m as i32;
+                let (ai, c) = act_args(act);
                 let mut act_q8 = quantizes.then(|| self.q8_act_room(m));
                 let mut act_parts = q8_parts(&mut act_q8, m);
                 let cfg = if quantizes {
@@ -2989,12 +2970,7 @@ impl Backend for CudaBackend {
         let n = gate.rows * gate.cols;
         let mut out = self.alloc_f32("act_mul", n);
         let ni = n as i32;
-        let a: i32 = match act {
-            Activation::Silu => 0,
-            Activation::GeluTanh => 1,
-        };
-        // The reference's constant, computed by the same host expression.
-        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let (a, c) = act_args(act);
         let mut l = self.stream.launch_builder(&self.k.act_mul);
         l.arg(gate.buf())
             .arg(up.buf())
@@ -3549,6 +3525,16 @@ fn split_min_keys() -> usize {
 fn gate_up_q8_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
+}
+
+/// An activation as the kernels take it: its code (kernels.cu `act`: 0 SiLU, 1 GELU tanh) and
+/// GELU's sqrt(2/pi), computed by the reference's host expression.
+fn act_args(act: Activation) -> (i32, f64) {
+    let code = match act {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+    };
+    (code, (2.0 / std::f64::consts::PI).sqrt())
 }
 
 /// Whether one-row `residual_norm_then` runs its norm inside the consumer's kernel
