@@ -96,6 +96,30 @@ fn cpu_threads(threads: Option<usize>) -> CpuBackend {
     })
 }
 
+/// The checks size the cache for their largest batch (32 copies of the longest prompt) instead
+/// of failing "KV cache full" when the caller's cache is smaller (`lockstep check` on a model
+/// whose vocabulary makes long prompts).
+#[test]
+fn checks_make_room_for_their_batches() {
+    let path = model_path("smollm2");
+    let file = GgufFile::open(&path).expect("open");
+    let mut open = |v: &EngineVariant| -> Result<Box<dyn AnyEngine + Send>, VerifyError> {
+        let b = cpu_threads(v.threads);
+        let m = Model::load(&file, &b).map_err(|e| VerifyError::Input(e.to_string()))?;
+        Ok(Box::new(Engine::new(b, m, v.config.clone())?))
+    };
+    let small = EngineConfig {
+        n_ctx: 64,
+        cache_tokens: 64,
+        ..EngineConfig::default()
+    };
+    let ps = prompts("smollm2");
+    // 32 copies of the longer prompt need more than the 64 tokens given.
+    assert!(32 * ps.iter().map(Vec::len).max().unwrap() > small.cache_tokens);
+    let r = run_tap_checks(&mut open, "cpu", small, &ps, 0.0, 0x5eed).expect("checks");
+    assert_all_hold("smollm2", "cpu", &r);
+}
+
 #[test]
 fn cpu_holds_every_invariance_on_every_tap_smollm2() {
     assert_all_hold("smollm2", "cpu", &run("smollm2", "cpu", cpu_threads));

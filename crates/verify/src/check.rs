@@ -248,6 +248,25 @@ pub fn run_checks(
 // Invariances on every tap: the first tap (in execution order) where a variant run of a prompt
 // parts from the same prompt run alone, in one prefill, on a fresh default engine.
 
+/// The batch sizes of the batch invariance, and the longest filler sequence run before each.
+const BATCH_SIZES: [usize; 3] = [2, 8, 32];
+const FILLER_MAX: usize = 9;
+
+/// `base` with a cache that holds the largest batch the checks run (every sequence in whole
+/// blocks, and the filler), whatever the prompts' lengths. A cache sized by the context alone
+/// ran out on a long prompt, or on a byte-level vocabulary's (32 copies of a 90-token prompt
+/// do not fit 2048 tokens).
+fn with_room_for_batches(base: EngineConfig, prompts: &[Vec<u32>]) -> EngineConfig {
+    let bs = base.block_size.max(1);
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let largest = BATCH_SIZES.iter().copied().max().unwrap_or(1);
+    let need = bs * (FILLER_MAX.div_ceil(bs) + largest * longest.div_ceil(bs));
+    EngineConfig {
+        cache_tokens: base.cache_tokens.max(need),
+        ..base
+    }
+}
+
 /// The invariances `run_tap_checks` tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -609,6 +628,7 @@ pub fn run_tap_checks(
             "checks need prompts of at least 2 tokens".into(),
         ));
     }
+    let base = with_room_for_batches(base, prompts);
     let declared = bitwise_invariances(backend);
     let default = EngineVariant {
         config: base.clone(),
@@ -651,11 +671,11 @@ pub fn run_tap_checks(
                 detail = "every prompt: half as one prefill, the rest one token per step".into();
             }
             Invariance::BatchVsAlone => {
-                for size in [2usize, 8, 32] {
+                for size in BATCH_SIZES {
                     let e = &mut batch_engine;
                     // A filler sequence of random length first: every slot of the batch moves.
                     let filler = e.new_sequence();
-                    let flen = 1 + (next_rand(&mut rng) % 9) as usize;
+                    let flen = 1 + (next_rand(&mut rng) % FILLER_MAX as u64) as usize;
                     let ftoks: Vec<u32> = prompts[0].iter().cycle().take(flen).copied().collect();
                     let mut book = TapBook::default();
                     let mut dummy = TapBook::default();

@@ -1477,8 +1477,11 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
                 h.matmul_case(ty, 3, k, 5);
             }
         }
-        // A long row.
+        // A long row; and one long row alone (a decode step's mat-vec: the one-row kernels),
+        // several passes of a warp over the row, the last one partial.
         h.matmul_case(ty, 2, 4096, 8);
+        let long = if ty.block_size() == 256 { 4864 } else { 4192 };
+        h.matmul_case(ty, 1, long, 8);
         for (n, act) in [(1usize, Activation::Silu), (5, Activation::GeluTanh)] {
             h.gate_up_case(
                 ty,
