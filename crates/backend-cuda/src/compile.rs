@@ -108,8 +108,33 @@ pub fn nvrtc_registers(
     Ok((cubin, regs))
 }
 
+/// The PTX NVRTC makes of `source` for a virtual architecture (`compute_90`): what the
+/// front end wrote, before ptxas scheduled it (see `audit`).
+pub fn nvrtc_ptx(source: &str, arch: &str, options: &[&str]) -> Result<String, String> {
+    let (ptx, _) = nvrtc_compile_to(source, arch, options, Output::Ptx)?;
+    let end = ptx.iter().position(|&b| b == 0).unwrap_or(ptx.len());
+    String::from_utf8(ptx[..end].to_vec()).map_err(|e| format!("PTX is not UTF-8: {e}"))
+}
+
+/// What to take out of a compiled program.
+#[derive(Clone, Copy)]
+enum Output {
+    Cubin,
+    Ptx,
+}
+
 /// The cubin and the compile log.
 fn nvrtc_compile(source: &str, arch: &str, options: &[&str]) -> Result<(Vec<u8>, String), String> {
+    nvrtc_compile_to(source, arch, options, Output::Cubin)
+}
+
+/// The program's cubin or PTX, and the compile log.
+fn nvrtc_compile_to(
+    source: &str,
+    arch: &str,
+    options: &[&str],
+    output: Output,
+) -> Result<(Vec<u8>, String), String> {
     use cudarc::nvrtc::sys as nv;
     use std::ffi::CString;
     let src = CString::new(source).map_err(|e| e.to_string())?;
@@ -154,17 +179,23 @@ fn nvrtc_compile(source: &str, arch: &str, options: &[&str]) -> Result<(Vec<u8>,
             nv::nvrtcGetProgramLog(prog, log.as_mut_ptr() as *mut _);
             let log = String::from_utf8_lossy(&log).into_owned();
             let mut n = 0usize;
-            let r = nv::nvrtcGetCUBINSize(prog, &mut n);
+            let r = match output {
+                Output::Cubin => nv::nvrtcGetCUBINSize(prog, &mut n),
+                Output::Ptx => nv::nvrtcGetPTXSize(prog, &mut n),
+            };
             let mut buf = vec![0u8; n];
             if r == nv::nvrtcResult::NVRTC_SUCCESS {
-                let r = nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _);
+                let r = match output {
+                    Output::Cubin => nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _),
+                    Output::Ptx => nv::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut _),
+                };
                 if r == nv::nvrtcResult::NVRTC_SUCCESS {
                     Ok((buf, log))
                 } else {
-                    Err(format!("nvrtcGetCUBIN: {r:?}"))
+                    Err(format!("nvrtcGet{{CUBIN,PTX}}: {r:?}"))
                 }
             } else {
-                Err(format!("nvrtcGetCUBINSize: {r:?}"))
+                Err(format!("nvrtcGet{{CUBIN,PTX}}Size: {r:?}"))
             }
         };
         nv::nvrtcDestroyProgram(&mut prog);

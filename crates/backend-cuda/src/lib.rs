@@ -36,6 +36,7 @@ use lockstep_graph::{
     Taps, WeightView,
 };
 
+pub mod audit;
 pub mod compile;
 mod graph_exec;
 pub mod plan;

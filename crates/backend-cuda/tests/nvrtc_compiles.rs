@@ -2,20 +2,40 @@
 //! loaded (CI finds it in the Python environment's CUDA runtime wheels). This catches a kernel
 //! that does not compile before a device run does.
 
-use lockstep_backend_cuda::{compile, plan, KERNEL_SOURCE};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use lockstep_backend_cuda::{audit, compile, plan, KERNEL_SOURCE};
+
+/// Whether libnvrtc loads; when not, the caller skips (or fails, where CI requires it).
+fn nvrtc_present() -> bool {
+    // SAFETY: only tries to open the shared library by name.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return true;
+    }
+    eprintln!("SKIPPED: libnvrtc could not be loaded (set LD_LIBRARY_PATH to a CUDA runtime)");
+    if std::env::var_os("LOCKSTEP_REQUIRE_NVRTC").is_some() {
+        panic!("LOCKSTEP_REQUIRE_NVRTC is set but libnvrtc could not be loaded");
+    }
+    false
+}
+
+/// The sm_90 cubin and ptxas's register counts, compiled once for both tests (a minute on
+/// two cores).
+fn sm90() -> &'static (Vec<u8>, compile::KernelRegisters) {
+    static CUBIN: OnceLock<(Vec<u8>, compile::KernelRegisters)> = OnceLock::new();
+    CUBIN.get_or_init(|| {
+        compile::nvrtc_registers(KERNEL_SOURCE, "sm_90", compile::NVRTC_OPTIONS)
+            .unwrap_or_else(|log| panic!("NVRTC failed:\n{log}"))
+    })
+}
 
 #[test]
 fn kernels_compile_for_sm90() {
-    // SAFETY: only tries to open the shared library by name.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        eprintln!("SKIPPED: libnvrtc could not be loaded (set LD_LIBRARY_PATH to a CUDA runtime)");
-        if std::env::var_os("LOCKSTEP_REQUIRE_NVRTC").is_some() {
-            panic!("LOCKSTEP_REQUIRE_NVRTC is set but libnvrtc could not be loaded");
-        }
+    if !nvrtc_present() {
         return;
     }
-    let (cubin, regs) = compile::nvrtc_registers(KERNEL_SOURCE, "sm_90", compile::NVRTC_OPTIONS)
-        .unwrap_or_else(|log| panic!("NVRTC failed:\n{log}"));
+    let (cubin, regs) = sm90();
     assert_eq!(&cubin[..4], b"\x7fELF");
     // Every kernel fits the register file at the largest block the host launches it with
     // (65536 registers per block on sm_90); a kernel that does not fails every launch with
@@ -43,7 +63,7 @@ fn kernels_compile_for_sm90() {
         }
     };
     assert!(regs.len() > 50, "ptxas reported {} kernels", regs.len());
-    for (name, n) in &regs {
+    for (name, n) in regs {
         let threads = largest_block(name);
         assert!(
             n * threads <= 65536,
@@ -68,4 +88,76 @@ fn kernels_compile_for_sm90() {
     ] {
         assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");
     }
+}
+
+/// nvdisasm: `LOCKSTEP_NVDISASM`, else on PATH, else beside a libnvrtc directory of
+/// LD_LIBRARY_PATH (the CUDA wheels put it in `../bin`).
+fn nvdisasm() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LOCKSTEP_NVDISASM") {
+        return Some(PathBuf::from(p));
+    }
+    let dirs = |var: &str| -> Vec<PathBuf> {
+        std::env::var_os(var)
+            .map(|v| std::env::split_paths(&v).collect())
+            .unwrap_or_default()
+    };
+    let on_path = dirs("PATH").into_iter().map(|d| d.join("nvdisasm"));
+    let beside = dirs("LD_LIBRARY_PATH")
+        .into_iter()
+        .map(|d| d.join("..").join("bin").join("nvdisasm"));
+    on_path.chain(beside).find(|p| p.is_file())
+}
+
+/// No kernel reads global memory ahead of its grid wait unless its source does so on purpose:
+/// ptxas kept every load the PTX puts after `griddepcontrol.wait` after it (see
+/// `lockstep_backend_cuda::audit` for the race this catches, session 12's).
+#[test]
+fn no_load_moves_above_a_grid_wait() {
+    if !nvrtc_present() {
+        return;
+    }
+    let Some(tool) = nvdisasm() else {
+        eprintln!("SKIPPED: no nvdisasm (set LOCKSTEP_NVDISASM, or put it on PATH)");
+        if std::env::var_os("LOCKSTEP_REQUIRE_NVDISASM").is_some() {
+            panic!("LOCKSTEP_REQUIRE_NVDISASM is set but nvdisasm was not found");
+        }
+        return;
+    };
+    // The PTX (the front end's order) compiles beside the cubin (ptxas's).
+    let ptx = std::thread::spawn(|| {
+        compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", compile::NVRTC_OPTIONS)
+            .unwrap_or_else(|log| panic!("NVRTC (PTX) failed:\n{log}"))
+    });
+    let (cubin, _) = sm90();
+    let path = std::env::temp_dir().join(format!("lockstep-audit-{}.cubin", std::process::id()));
+    std::fs::write(&path, cubin).expect("write the cubin");
+    let out = std::process::Command::new(&tool)
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", tool.display()));
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "nvdisasm failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sass = audit::sass_pre_wait(&String::from_utf8_lossy(&out.stdout));
+    let ptx = audit::ptx_pre_wait(&ptx.join().expect("PTX compile thread"));
+    // Every kernel, and the ones that load before their wait on purpose, were seen.
+    assert!(
+        ptx.len() > 50 && sass.len() >= ptx.len(),
+        "{} / {}",
+        ptx.len(),
+        sass.len()
+    );
+    for k in ["mmv_fast1_12", "norm_mmv3_fast1_12", "attention_decode_128"] {
+        assert!(ptx[k].waits && ptx[k].loads > 0, "{k}: {:?}", ptx[k]);
+    }
+    let bad = audit::hoisted_over_wait(&ptx, &sass);
+    assert!(
+        bad.is_empty(),
+        "loads moved above a grid wait:\n{}",
+        bad.join("\n")
+    );
 }
