@@ -11,29 +11,87 @@
 //! writes while the kernel runs, scheduled them above it (`LDG.E.CONSTANT` before `ACQBULK`,
 //! the wait's SASS): they read rows still being written.
 //!
-//! The check compares, per kernel, the global loads before the first wait in the PTX (the
-//! order the source asked for) with those before the first wait in the SASS (the order that
-//! runs). More in the SASS means ptxas hoisted a load over the wait. Loads the source puts
+//! The check compares, per kernel, the global loads that can run before a wait in the PTX
+//! (the order the source asked for) with those in the SASS (the order that runs), each found
+//! by walking the branches from the entry and stopping at waits. More in the SASS means ptxas
+//! hoisted a load over a wait. Loads the source puts
 //! before the wait on purpose (weights, written only at upload; the decode attention's earlier
 //! keys) are in both counts; ptxas sinking one below the wait is allowed (a lost overlap, not a
 //! race). The test `nvrtc_compiles` runs it on the whole kernel source with NVRTC and nvdisasm.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-/// A kernel's global loads ahead of its first grid wait, and whether it waits at all.
+/// A kernel's global loads that can run before a grid wait, and whether it waits at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PreWait {
     pub loads: usize,
     pub waits: bool,
 }
 
-/// Per `.entry` of a PTX module: `ld.global*` and generic `ld` instructions (a generic load
-/// may read global memory) before the first `griddepcontrol.wait`, in text order.
+/// One instruction, as far as the audit cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Ins {
+    Label(String),
+    Wait,
+    Load,
+    /// To a label; `cond`: predicated, so execution may also fall through.
+    Branch {
+        target: String,
+        cond: bool,
+    },
+    /// The path ends (an unpredicated exit or return).
+    End,
+    Other,
+}
+
+/// The global loads reachable from the function's entry without passing a grid wait, by
+/// walking its branches (code layout differs between PTX and SASS: a kernel whose threads
+/// wait on two paths has two waits, in either order in the text).
+fn pre_wait(code: &[Ins]) -> PreWait {
+    let labels: HashMap<&str, usize> = code
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| match c {
+            Ins::Label(l) => Some((l.as_str(), i)),
+            _ => None,
+        })
+        .collect();
+    let mut seen = vec![false; code.len()];
+    let mut work = vec![0usize];
+    let mut loads = 0;
+    while let Some(mut i) = work.pop() {
+        while i < code.len() && !seen[i] {
+            seen[i] = true;
+            match &code[i] {
+                Ins::Wait | Ins::End => break,
+                Ins::Load => loads += 1,
+                Ins::Branch { target, cond } => {
+                    // A label outside the text (a cut excerpt) ends that path.
+                    if let Some(&t) = labels.get(target.as_str()) {
+                        work.push(t);
+                    }
+                    if !cond {
+                        break;
+                    }
+                }
+                Ins::Label(_) | Ins::Other => {}
+            }
+            i += 1;
+        }
+    }
+    PreWait {
+        loads,
+        waits: code.contains(&Ins::Wait),
+    }
+}
+
+/// Per `.entry` of a PTX module: its `ld.global*` and generic `ld` instructions (a generic
+/// load may read global memory) that can run before a `griddepcontrol.wait`.
 pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
-    let mut out = BTreeMap::new();
+    let mut funcs: BTreeMap<String, Vec<Ins>> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in ptx.lines() {
-        let t = line.trim_start();
+        let t = line.trim();
         if let Some(rest) = t
             .strip_prefix(".visible .entry ")
             .or_else(|| t.strip_prefix(".entry "))
@@ -42,35 +100,59 @@ pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            out.insert(name.clone(), PreWait::default());
+            funcs.insert(name.clone(), Vec::new());
             current = Some(name);
             continue;
         }
-        let Some(e) = current.as_ref().and_then(|n| out.get_mut(n)) else {
+        if t.starts_with(".func") || t.starts_with(".visible .func") {
+            current = None;
+            continue;
+        }
+        let Some(code) = current.as_ref().and_then(|n| funcs.get_mut(n)) else {
             continue;
         };
-        if e.waits {
+        if let Some(l) = t.strip_suffix(':') {
+            if l.starts_with('$') {
+                code.push(Ins::Label(l.to_string()));
+            }
             continue;
         }
-        if t.starts_with("griddepcontrol.wait") {
-            e.waits = true;
-        } else if ptx_reads_memory(t) {
-            e.loads += 1;
-        }
+        let (cond, body) = match t.strip_prefix('@') {
+            Some(r) => (
+                true,
+                r.split_once(char::is_whitespace)
+                    .map_or("", |(_, b)| b.trim_start()),
+            ),
+            None => (false, t),
+        };
+        let op = body
+            .split(|c: char| c.is_whitespace() || c == ';')
+            .next()
+            .unwrap_or("");
+        code.push(if op == "griddepcontrol.wait" && !cond {
+            Ins::Wait
+        } else if op == "bra" || op.starts_with("bra.") {
+            let target = body[op.len()..]
+                .trim()
+                .trim_end_matches(';')
+                .trim()
+                .to_string();
+            Ins::Branch { target, cond }
+        } else if (op == "ret" || op == "exit") && !cond {
+            Ins::End
+        } else if ptx_reads_memory(op) {
+            Ins::Load
+        } else {
+            Ins::Other
+        });
     }
-    out
+    funcs.into_iter().map(|(n, c)| (n, pre_wait(&c))).collect()
 }
 
 /// `ld.global...` or a generic `ld.<type>`; not `ld.param`, `ld.shared`, `ld.local`,
-/// `ld.const`. Predicated instructions (`@%p1 ld...`) count too.
-fn ptx_reads_memory(t: &str) -> bool {
-    let t = if t.starts_with('@') {
-        t.split_once(char::is_whitespace)
-            .map_or("", |(_, r)| r.trim_start())
-    } else {
-        t
-    };
-    let Some(rest) = t.strip_prefix("ld.") else {
+/// `ld.const`.
+fn ptx_reads_memory(op: &str) -> bool {
+    let Some(rest) = op.strip_prefix("ld.") else {
         return false;
     };
     !["param", "shared", "local", "const"]
@@ -78,47 +160,68 @@ fn ptx_reads_memory(t: &str) -> bool {
         .any(|s| rest.starts_with(s))
 }
 
-/// Per function of `nvdisasm -c` output: `LDG` (global) and `LD` (generic) instructions
-/// before the first `ACQBULK`, in text order.
+/// Per function of `nvdisasm -c` output: its `LDG` (global) and `LD` (generic) instructions
+/// that can run before an `ACQBULK` (the wait's SASS).
 pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
-    let mut out = BTreeMap::new();
+    let mut funcs: BTreeMap<String, Vec<Ins>> = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in sass.lines() {
-        // A function starts at its name as a label in column 0 (`name:`); local labels start
-        // with a dot.
+        // A function starts at its name as a label in column 0 (`name:`); local labels are
+        // `.L_x_N:`; `.text.name:` repeats the name.
         if let Some(name) = line.strip_suffix(':') {
+            if name.starts_with(".L") {
+                if let Some(code) = current.as_ref().and_then(|n| funcs.get_mut(n)) {
+                    code.push(Ins::Label(name.to_string()));
+                }
+                continue;
+            }
             if !name.is_empty()
                 && !name.starts_with('.')
                 && name.chars().all(|c| c.is_alphanumeric() || c == '_')
             {
-                out.insert(name.to_string(), PreWait::default());
+                funcs.insert(name.to_string(), Vec::new());
                 current = Some(name.to_string());
                 continue;
             }
         }
-        let Some(e) = current.as_ref().and_then(|n| out.get_mut(n)) else {
+        let Some(code) = current.as_ref().and_then(|n| funcs.get_mut(n)) else {
             continue;
         };
-        if e.waits {
-            continue;
-        }
         // `/*0c40*/  @!P3 LDG.E.STRONG.GPU R16, desc[UR10][R38.64] ;`
         let Some((_, ins)) = line.split_once("*/") else {
             continue;
         };
-        let mut words = ins.split_whitespace();
-        let mut op = words.next().unwrap_or("");
-        if op.starts_with('@') {
-            op = words.next().unwrap_or("");
-        }
+        let ins = ins.trim();
+        let (cond, body) = match ins.strip_prefix('@') {
+            Some(r) => (
+                true,
+                r.split_once(char::is_whitespace)
+                    .map_or("", |(_, b)| b.trim_start()),
+            ),
+            None => (false, ins),
+        };
+        let op = body.split_whitespace().next().unwrap_or("");
         let base = op.split('.').next().unwrap_or("");
-        if base == "ACQBULK" {
-            e.waits = true;
-        } else if base == "LDG" || base == "LD" {
-            e.loads += 1;
-        }
+        code.push(match base {
+            "ACQBULK" if !cond => Ins::Wait,
+            "LDG" | "LD" => Ins::Load,
+            "BRA" => {
+                // BRA `(.L_x_7912) ;
+                let target = body
+                    .split_once("`(")
+                    .and_then(|(_, r)| r.split_once(')'))
+                    .map_or(String::new(), |(t, _)| t.to_string());
+                // BRA.DIV (taken on divergence) may fall through too.
+                Ins::Branch {
+                    target,
+                    cond: cond || op != "BRA",
+                }
+            }
+            "EXIT" | "RET" | "BRX" | "JMX" if !cond => Ins::End,
+            _ => Ins::Other,
+        });
     }
-    out
+    funcs.into_iter().map(|(n, c)| (n, pre_wait(&c))).collect()
 }
 
 /// The kernels whose SASS runs more global loads ahead of the grid wait than their PTX asks
@@ -247,6 +350,16 @@ mod tests {
             }
         );
         assert!(hoisted_over_wait(&p, &s).is_empty());
+        // Two waits (threads without work wait at once, the others after their loads), the
+        // first in the text on the path without loads: the walk still finds the other path's.
+        let two = "m:\n        /*0000*/   @!P0 BRA `(.L_x_7) ;\n        /*0010*/   ACQBULK ;\n        /*0020*/   BRA `(.L_x_8) ;\n.L_x_7:\n        /*0030*/   LDG.E.128.CONSTANT R4, desc[UR6][R4.64] ;\n        /*0040*/   BRA.DIV UR7, `(.L_x_9) ;\n        /*0050*/   LDG.E R8, desc[UR6][R6.64] ;\n.L_x_9:\n        /*0060*/   ACQBULK ;\n        /*0070*/   LDG.E R9, desc[UR6][R6.64] ;\n.L_x_8:\n        /*0080*/   EXIT ;\n";
+        assert_eq!(
+            sass_pre_wait(two)["m"],
+            PreWait {
+                loads: 2,
+                waits: true
+            }
+        );
         let mut s2 = s.clone();
         s2.get_mut("k").unwrap().loads = 3;
         s2.remove("j");
