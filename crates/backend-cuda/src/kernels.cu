@@ -2788,10 +2788,12 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         bool in = t < nt && t + i * nt < g;
-        // Through L2 (ld.global.cg), not L1: with programmatic launch, plain loads here read
-        // stale values in replayed steps (check's "untapped (replayed) steps vs tapped" broke
-        // bitwise on three models, session 12; eager steps and graphs without programmatic
-        // edges were exact).
+        // __ldcg, not a plain load: a and b come through __restrict__ pointers, so a plain load
+        // is non-coherent (ld.global.nc), and ptxas moved those above the grid wait in the
+        // caller, to read rows the kernel before was still writing (check's "untapped
+        // (replayed) steps vs tapped" broke bitwise on three models, session 12; the SASS
+        // showed why, session 13). The audit in nvrtc_compiles.rs (audit.rs) now fails a build
+        // whose SASS runs any load ahead of a wait that its PTX puts after it.
         av[i] = in ? __ldcg(a + t + i * nt) : 0.0f;
         bv[i] = in ? __ldcg(b + t + i * nt) : 0.0f;
     }
