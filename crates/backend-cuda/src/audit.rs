@@ -17,14 +17,18 @@
 //! hoisted a load over a wait. Loads the source puts
 //! before the wait on purpose (weights, written only at upload; the decode attention's earlier
 //! keys) are in both counts; ptxas sinking one below the wait is allowed (a lost overlap, not a
-//! race). The test `nvrtc_compiles` runs it on the whole kernel source with NVRTC and nvdisasm.
+//! race). And no kernel may write global memory (stores, reductions, atomics) before its wait,
+//! in either text: launched early, it would overwrite what the kernel before still reads. The
+//! test `nvrtc_compiles` runs it on the whole kernel source with NVRTC and nvdisasm.
 
 use std::collections::{BTreeMap, HashMap};
 
-/// A kernel's global loads that can run before a grid wait, and whether it waits at all.
+/// A kernel's global loads and stores (with reductions and atomics) that can run before a
+/// grid wait, and whether it waits at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PreWait {
     pub loads: usize,
+    pub stores: usize,
     pub waits: bool,
 }
 
@@ -34,6 +38,7 @@ enum Ins {
     Label(String),
     Wait,
     Load,
+    Store,
     /// To a label; `cond`: predicated, so execution may also fall through.
     Branch {
         target: String,
@@ -58,13 +63,14 @@ fn pre_wait(code: &[Ins]) -> PreWait {
         .collect();
     let mut seen = vec![false; code.len()];
     let mut work = vec![0usize];
-    let mut loads = 0;
+    let (mut loads, mut stores) = (0, 0);
     while let Some(mut i) = work.pop() {
         while i < code.len() && !seen[i] {
             seen[i] = true;
             match &code[i] {
                 Ins::Wait | Ins::End => break,
                 Ins::Load => loads += 1,
+                Ins::Store => stores += 1,
                 Ins::Branch { target, cond } => {
                     // A label outside the text (a cut excerpt) ends that path.
                     if let Some(&t) = labels.get(target.as_str()) {
@@ -81,6 +87,7 @@ fn pre_wait(code: &[Ins]) -> PreWait {
     }
     PreWait {
         loads,
+        stores,
         waits: code.contains(&Ins::Wait),
     }
 }
@@ -142,6 +149,8 @@ pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
             Ins::End
         } else if ptx_reads_memory(op) {
             Ins::Load
+        } else if ptx_writes_memory(op) {
+            Ins::Store
         } else {
             Ins::Other
         });
@@ -156,6 +165,19 @@ fn ptx_reads_memory(op: &str) -> bool {
         return false;
     };
     !["param", "shared", "local", "const"]
+        .iter()
+        .any(|s| rest.starts_with(s))
+}
+
+/// `st`, `red` or `atom` on global or generic memory (not shared, local or param).
+fn ptx_writes_memory(op: &str) -> bool {
+    let Some(rest) = ["st.", "red.", "atom."]
+        .iter()
+        .find_map(|p| op.strip_prefix(p))
+    else {
+        return false;
+    };
+    !["param", "shared", "local"]
         .iter()
         .any(|s| rest.starts_with(s))
 }
@@ -205,6 +227,7 @@ pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
         code.push(match base {
             "ACQBULK" if !cond => Ins::Wait,
             "LDG" | "LD" => Ins::Load,
+            "STG" | "ST" | "REDG" | "RED" | "ATOMG" | "ATOM" => Ins::Store,
             "BRA" => {
                 // BRA `(.L_x_7912) ;
                 let target = body
@@ -225,8 +248,9 @@ pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
 }
 
 /// The kernels whose SASS runs more global loads ahead of the grid wait than their PTX asks
-/// for, or waits where the PTX does not (or the reverse), each with its two counts. Empty
-/// when ptxas kept every read after its wait.
+/// for, that write global memory ahead of it (in either: a kernel launched early must not
+/// overwrite what the kernel before still reads), or that wait in one and not the other,
+/// each with its counts. Empty when every kernel's reads and writes wait as the source says.
 pub fn hoisted_over_wait(
     ptx: &BTreeMap<String, PreWait>,
     sass: &BTreeMap<String, PreWait>,
@@ -241,6 +265,11 @@ pub fn hoisted_over_wait(
             bad.push(format!(
                 "{name}: a grid wait in the {} only",
                 if p.waits { "PTX" } else { "SASS" }
+            ));
+        } else if s.stores > 0 || p.stores > 0 {
+            bad.push(format!(
+                "{name}: writes global memory before its grid wait ({} stores in the SASS, {} in the PTX)",
+                s.stores, p.stores
             ));
         } else if s.loads > p.loads {
             bad.push(format!(
@@ -273,6 +302,7 @@ mod tests {
             p[k],
             PreWait {
                 loads: 11,
+                stores: 0,
                 waits: true
             }
         );
@@ -281,6 +311,7 @@ mod tests {
             s[k],
             PreWait {
                 loads: 19,
+                stores: 0,
                 waits: true
             }
         );
@@ -301,6 +332,7 @@ mod tests {
             p[k],
             PreWait {
                 loads: 11,
+                stores: 0,
                 waits: true
             }
         );
@@ -309,6 +341,7 @@ mod tests {
             s[k],
             PreWait {
                 loads: 8,
+                stores: 0,
                 waits: true
             }
         );
@@ -323,6 +356,7 @@ mod tests {
             p["k"],
             PreWait {
                 loads: 2,
+                stores: 0,
                 waits: true
             }
         );
@@ -330,6 +364,7 @@ mod tests {
             p["j"],
             PreWait {
                 loads: 1,
+                stores: 0,
                 waits: false
             }
         );
@@ -339,6 +374,7 @@ mod tests {
             s["k"],
             PreWait {
                 loads: 1,
+                stores: 0,
                 waits: true
             }
         );
@@ -346,6 +382,7 @@ mod tests {
             s["j"],
             PreWait {
                 loads: 1,
+                stores: 0,
                 waits: false
             }
         );
@@ -357,6 +394,7 @@ mod tests {
             sass_pre_wait(two)["m"],
             PreWait {
                 loads: 2,
+                stores: 0,
                 waits: true
             }
         );
