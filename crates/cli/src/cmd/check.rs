@@ -8,7 +8,7 @@ use lockstep_backend_cpu::{CpuBackend, CpuOptions};
 use lockstep_backend_ref::RefBackend;
 use lockstep_engine::Engine;
 use lockstep_models::Model;
-use lockstep_verify::check::{run_tap_checks, EngineVariant};
+use lockstep_verify::check::{run_tap_checks, EngineVariant, TapCheckResult};
 use lockstep_verify::diff::fmt_e;
 use lockstep_verify::{parse_ids, AnyEngine, VerifyError};
 
@@ -106,9 +106,10 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         }
     };
     let t0 = std::time::Instant::now();
+    let reported = super::trace::reported_backend_name(&backend);
     let results = run_tap_checks(
         &mut open,
-        &super::trace::reported_backend_name(&backend),
+        &reported,
         base,
         &prompts,
         args.tolerance,
@@ -152,6 +153,9 @@ pub fn run(args: CheckArgs) -> Result<i32> {
                 );
             }
         }
+        if let Some(note) = undeclared_note(&results, &reported, args.tolerance) {
+            println!("{note}");
+        }
         println!(
             "result: {} ({:.1}s)",
             if ok {
@@ -163,6 +167,34 @@ pub fn run(args: CheckArgs) -> Result<i32> {
         );
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// A line under the results when invariances the backend does not declare bitwise broke at
+/// the default tolerance of 0: they are the backend's declared behaviour, not a fault, and the
+/// line says how to hold them (a tolerance; cuda's batch-invariant kernels).
+fn undeclared_note(results: &[TapCheckResult], backend: &str, tolerance: f64) -> Option<String> {
+    if tolerance != 0.0 {
+        return None;
+    }
+    let names: Vec<&str> = results
+        .iter()
+        .filter(|r| !r.pass && !r.bitwise)
+        .map(|r| r.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let mut note = format!(
+        "note: backend {backend} does not declare {} bitwise (its results may depend on the step's shape); \
+         `--tolerance NMSE` holds them to a bound",
+        names.join(", ")
+    );
+    if backend == "cuda" {
+        note.push_str(
+            ", `--deterministic` runs the batch-invariant kernels that declare every invariance",
+        );
+    }
+    Some(note)
 }
 
 /// `check --ops`: the op harness on the named backend.
@@ -203,4 +235,47 @@ fn run_ops(args: &CheckArgs) -> Result<i32> {
         print!("{}", render_ops(&report, true));
     }
     Ok(if report.pass() { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockstep_verify::check::Invariance;
+    use lockstep_verify::metrics::Metrics;
+
+    fn result(name: &str, bitwise: bool, pass: bool) -> TapCheckResult {
+        TapCheckResult {
+            invariance: Invariance::BatchVsAlone,
+            name: name.into(),
+            detail: String::new(),
+            compared: 10,
+            bitwise,
+            worst: Metrics::default(),
+            first_break: None,
+            pass,
+        }
+    }
+
+    #[test]
+    fn undeclared_breaks_get_a_note_declared_ones_do_not() {
+        let rs = [
+            result("prefill vs decode", false, false),
+            result("batch vs alone", false, false),
+            result("repeated run", true, true),
+        ];
+        let n = undeclared_note(&rs, "cuda", 0.0).expect("a note");
+        assert!(
+            n.contains("does not declare prefill vs decode, batch vs alone bitwise"),
+            "{n}"
+        );
+        assert!(n.contains("--deterministic"), "{n}");
+        assert!(!undeclared_note(&rs, "cpu", 0.0)
+            .unwrap()
+            .contains("--deterministic"));
+        // With a tolerance the user chose the bound; a declared invariance that broke is a
+        // fault, not a declaration, and gets no note.
+        assert!(undeclared_note(&rs, "cuda", 1e-6).is_none());
+        assert!(undeclared_note(&[result("batch vs alone", true, false)], "cuda", 0.0).is_none());
+        assert!(undeclared_note(&[result("batch vs alone", false, true)], "cuda", 0.0).is_none());
+    }
 }
