@@ -92,8 +92,21 @@ fn pre_wait(code: &[Ins]) -> PreWait {
     }
 }
 
+/// An instruction without its guard (`@%p1 ld...`, `@!P3 LDG...`), and whether it had one.
+fn split_predicate(ins: &str) -> (bool, &str) {
+    match ins.strip_prefix('@') {
+        Some(r) => (
+            true,
+            r.split_once(char::is_whitespace)
+                .map_or("", |(_, b)| b.trim_start()),
+        ),
+        None => (false, ins),
+    }
+}
+
 /// Per `.entry` of a PTX module: its `ld.global*` and generic `ld` instructions (a generic
-/// load may read global memory) that can run before a `griddepcontrol.wait`.
+/// load may read global memory), and its global or generic stores, reductions and atomics,
+/// that can run before a `griddepcontrol.wait`.
 pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
     let mut funcs: BTreeMap<String, Vec<Ins>> = BTreeMap::new();
     let mut current: Option<String> = None;
@@ -124,14 +137,7 @@ pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
             }
             continue;
         }
-        let (cond, body) = match t.strip_prefix('@') {
-            Some(r) => (
-                true,
-                r.split_once(char::is_whitespace)
-                    .map_or("", |(_, b)| b.trim_start()),
-            ),
-            None => (false, t),
-        };
+        let (cond, body) = split_predicate(t);
         let op = body
             .split(|c: char| c.is_whitespace() || c == ';')
             .next()
@@ -182,8 +188,9 @@ fn ptx_writes_memory(op: &str) -> bool {
         .any(|s| rest.starts_with(s))
 }
 
-/// Per function of `nvdisasm -c` output: its `LDG` (global) and `LD` (generic) instructions
-/// that can run before an `ACQBULK` (the wait's SASS).
+/// Per function of `nvdisasm -c` output: its `LDG` (global) and `LD` (generic) loads, and
+/// its `STG`/`ST`/`REDG`/`RED`/`ATOMG`/`ATOM` writes, that can run before an `ACQBULK` (the
+/// wait's SASS).
 pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
     let mut funcs: BTreeMap<String, Vec<Ins>> = BTreeMap::new();
     let mut current: Option<String> = None;
@@ -214,14 +221,7 @@ pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
             continue;
         };
         let ins = ins.trim();
-        let (cond, body) = match ins.strip_prefix('@') {
-            Some(r) => (
-                true,
-                r.split_once(char::is_whitespace)
-                    .map_or("", |(_, b)| b.trim_start()),
-            ),
-            None => (false, ins),
-        };
+        let (cond, body) = split_predicate(ins);
         let op = body.split_whitespace().next().unwrap_or("");
         let base = op.split('.').next().unwrap_or("");
         code.push(match base {
@@ -285,6 +285,14 @@ pub fn hoisted_over_wait(
 mod tests {
     use super::*;
 
+    fn pw(loads: usize, stores: usize, waits: bool) -> PreWait {
+        PreWait {
+            loads,
+            stores,
+            waits,
+        }
+    }
+
     // Session 12's fused q/k/v kernel for Q4_K (`norm_mmv3_fast1_12`) up to its grid wait, as
     // NVRTC 13.5 compiled it with the residual rows read by plain loads through `__restrict__`
     // (the build whose replayed steps broke) and by `__ldcg` (the fix): PTX and SASS.
@@ -298,23 +306,9 @@ mod tests {
         let (p, s) = (ptx_pre_wait(PLAIN_PTX), sass_pre_wait(PLAIN_SASS));
         let k = "norm_mmv3_fast1_12";
         // The source's own early loads: the norm weights (4 + 4) and the first weight units.
-        assert_eq!(
-            p[k],
-            PreWait {
-                loads: 11,
-                stores: 0,
-                waits: true
-            }
-        );
+        assert_eq!(p[k], pw(11, 0, true));
         // Plus the 8 non-coherent residual-row loads ptxas moved up (12 LDG.E.CONSTANT in all).
-        assert_eq!(
-            s[k],
-            PreWait {
-                loads: 19,
-                stores: 0,
-                waits: true
-            }
-        );
+        assert_eq!(s[k], pw(19, 0, true));
         let bad = hoisted_over_wait(&p, &s);
         assert_eq!(
             bad,
@@ -328,23 +322,9 @@ mod tests {
     fn passes_the_fix() {
         let (p, s) = (ptx_pre_wait(LDCG_PTX), sass_pre_wait(LDCG_SASS));
         let k = "norm_mmv3_fast1_12";
-        assert_eq!(
-            p[k],
-            PreWait {
-                loads: 11,
-                stores: 0,
-                waits: true
-            }
-        );
+        assert_eq!(p[k], pw(11, 0, true));
         // ptxas sank three of the early loads below the wait: allowed.
-        assert_eq!(
-            s[k],
-            PreWait {
-                loads: 8,
-                stores: 0,
-                waits: true
-            }
-        );
+        assert_eq!(s[k], pw(8, 0, true));
         assert!(hoisted_over_wait(&p, &s).is_empty());
     }
 
@@ -352,52 +332,17 @@ mod tests {
     fn parses_predicates_spaces_and_missing_waits() {
         let ptx = ".visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\tld.param.u64 %rd1, [k_param_0];\n\t@%p1 ld.global.nc.f32 %f1, [%rd2];\n\tld.shared.u32 %r1, [%r2];\n\tld.u32 %r3, [%rd3];\n\tgriddepcontrol.wait;\n\tld.global.f32 %f2, [%rd4];\n}\n.visible .entry j(\n)\n{\n\tld.global.f32 %f1, [%rd1];\n}\n";
         let p = ptx_pre_wait(ptx);
-        assert_eq!(
-            p["k"],
-            PreWait {
-                loads: 2,
-                stores: 0,
-                waits: true
-            }
-        );
-        assert_eq!(
-            p["j"],
-            PreWait {
-                loads: 1,
-                stores: 0,
-                waits: false
-            }
-        );
+        assert_eq!(p["k"], pw(2, 0, true));
+        assert_eq!(p["j"], pw(1, 0, false));
         let sass = "k:\n.text.k:\n        /*0000*/   LDC R1, c[0x0][0x28] ;\n        /*0010*/   @!P0 LDG.E.CONSTANT R2, desc[UR4][R2.64] ;\n        /*0020*/   LDS R3, [R4] ;\n.L_x_1:\n        /*0030*/   ACQBULK ;\n        /*0040*/   LDG.E R5, desc[UR4][R6.64] ;\nj:\n        /*0000*/   LD.E R1, desc[UR4][R2.64] ;\n";
         let s = sass_pre_wait(sass);
-        assert_eq!(
-            s["k"],
-            PreWait {
-                loads: 1,
-                stores: 0,
-                waits: true
-            }
-        );
-        assert_eq!(
-            s["j"],
-            PreWait {
-                loads: 1,
-                stores: 0,
-                waits: false
-            }
-        );
+        assert_eq!(s["k"], pw(1, 0, true));
+        assert_eq!(s["j"], pw(1, 0, false));
         assert!(hoisted_over_wait(&p, &s).is_empty());
         // Two waits (threads without work wait at once, the others after their loads), the
         // first in the text on the path without loads: the walk still finds the other path's.
         let two = "m:\n        /*0000*/   @!P0 BRA `(.L_x_7) ;\n        /*0010*/   ACQBULK ;\n        /*0020*/   BRA `(.L_x_8) ;\n.L_x_7:\n        /*0030*/   LDG.E.128.CONSTANT R4, desc[UR6][R4.64] ;\n        /*0040*/   BRA.DIV UR7, `(.L_x_9) ;\n        /*0050*/   LDG.E R8, desc[UR6][R6.64] ;\n.L_x_9:\n        /*0060*/   ACQBULK ;\n        /*0070*/   LDG.E R9, desc[UR6][R6.64] ;\n.L_x_8:\n        /*0080*/   EXIT ;\n";
-        assert_eq!(
-            sass_pre_wait(two)["m"],
-            PreWait {
-                loads: 2,
-                stores: 0,
-                waits: true
-            }
-        );
+        assert_eq!(sass_pre_wait(two)["m"], pw(2, 0, true));
         let mut s2 = s.clone();
         s2.get_mut("k").unwrap().loads = 3;
         s2.remove("j");
