@@ -19,6 +19,7 @@ mod error;
 mod finish;
 mod params;
 mod penalties;
+pub mod row_draw;
 mod sampler;
 mod stop;
 
@@ -26,5 +27,6 @@ pub use error::{ParamError, SamplingError};
 pub use finish::FinishReason;
 pub use params::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 pub use penalties::apply_penalties;
+pub use row_draw::{draw_row, RowDraw};
 pub use sampler::{Sampler, MAX_TOP_CANDIDATES};
 pub use stop::{StopChecker, StopResult};

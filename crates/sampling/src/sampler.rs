@@ -8,6 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{ParamError, SamplingError};
 use crate::params::SamplingParams;
 use crate::penalties::apply_penalties_with;
+use crate::row_draw::{draw_row, RowDraw};
 
 /// A surviving token during filtering.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,6 +49,9 @@ pub struct Sampler {
     candidates: Vec<Candidate>,
     weights: Vec<f64>,
     window: Vec<u32>,
+    /// The RNG as it was before [`begin_row_draw`](Self::begin_row_draw) took this step's
+    /// value, restored when the backend's draw turns out to be an error.
+    before_draw: Option<ChaCha8Rng>,
 }
 
 impl Sampler {
@@ -61,6 +65,7 @@ impl Sampler {
             candidates: Vec::new(),
             weights: Vec::new(),
             window: Vec::new(),
+            before_draw: None,
         })
     }
 
@@ -84,6 +89,22 @@ impl Sampler {
     /// whatever the filters leave, so the stream position depends only on the
     /// number of calls. On error nothing is consumed.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32, SamplingError> {
+        if self.draws_whole_row(logits.len()) {
+            // Neither top-k nor top-p: the draw over the whole row, min-p's survivors in id
+            // order, as `row_draw` defines it (what a backend drawing on its side returns).
+            check_logits(logits)?;
+            let row: &[f32] = if self.params.penalties_active() {
+                self.penalized.clear();
+                self.penalized.extend_from_slice(logits);
+                apply_penalties_with(&mut self.penalized, history, &self.params, &mut self.window)?;
+                &self.penalized
+            } else {
+                logits
+            };
+            let mut d = self.row_draw_params();
+            d.u = unit_f64(&mut self.rng);
+            return draw_row(row, &d).ok_or(SamplingError::EmptyLogits);
+        }
         if let Some(token) = self.prepare(logits, history)? {
             return Ok(token);
         }
@@ -94,6 +115,81 @@ impl Sampler {
             u,
             &mut self.weights,
         ))
+    }
+
+    /// Temperature sampling with neither top-k (off, or the whole vocabulary) nor top-p: the
+    /// token is drawn from every (min-p surviving) token of the row ([`draw_row`]).
+    fn draws_whole_row(&self, n_vocab: usize) -> bool {
+        let k = self.params.top_k;
+        self.params.temperature > 0.0 && (k == 0 || k >= n_vocab) && self.params.top_p >= 1.0
+    }
+
+    fn row_draw_params(&self) -> RowDraw {
+        RowDraw {
+            temperature: self.params.temperature,
+            ln_min_p: if self.params.min_p > 0.0 {
+                f64::from(self.params.min_p).ln()
+            } else {
+                f64::NEG_INFINITY
+            },
+            u: 0.0,
+        }
+    }
+
+    /// Whether a backend can make this sampler's next draw where it computed the row
+    /// ([`RowDraw`]): a whole-row draw (temperature sampling without top-k or top-p) without
+    /// penalties. The token is then exactly [`sample`](Self::sample)'s on the row.
+    pub fn row_draw_needed(&self, n_vocab: usize) -> bool {
+        self.draws_whole_row(n_vocab) && !self.params.penalties_active()
+    }
+
+    /// Takes this step's random value and returns the draw to hand the backend (with
+    /// [`row_draw_needed`](Self::row_draw_needed)); [`finish_row_draw`](Self::finish_row_draw)
+    /// then takes the token it drew.
+    pub fn begin_row_draw(&mut self) -> RowDraw {
+        self.before_draw = Some(self.rng.clone());
+        let mut d = self.row_draw_params();
+        d.u = unit_f64(&mut self.rng);
+        d
+    }
+
+    /// The token a backend drew with [`begin_row_draw`](Self::begin_row_draw)'s parameters
+    /// from a row of `n_vocab` logits whose first non-finite entry, if any, is
+    /// `first_non_finite`: `drawn`, or the error [`sample`](Self::sample) would give on that
+    /// row, in which case the random value is given back.
+    pub fn finish_row_draw(
+        &mut self,
+        drawn: Option<u32>,
+        n_vocab: usize,
+        first_non_finite: Option<(u32, f32)>,
+    ) -> Result<u32, SamplingError> {
+        let restore = self.before_draw.take();
+        let err = if n_vocab == 0 {
+            Some(SamplingError::EmptyLogits)
+        } else if u32::try_from(n_vocab - 1).is_err() {
+            Some(SamplingError::VocabTooLarge { len: n_vocab })
+        } else if let Some((index, value)) = first_non_finite {
+            Some(SamplingError::NonFiniteLogit {
+                index: index as usize,
+                value,
+            })
+        } else if drawn.is_none_or(|t| t as usize >= n_vocab) {
+            Some(SamplingError::TooFewCandidates {
+                given: 0,
+                needed: None,
+            })
+        } else {
+            None
+        };
+        match (err, drawn) {
+            (None, Some(t)) => Ok(t),
+            (e, _) => {
+                if let Some(rng) = restore {
+                    self.rng = rng;
+                }
+                Err(e.unwrap_or(SamplingError::EmptyLogits))
+            }
+        }
     }
 
     /// How many of a row's largest logits decide the next token: `Some(k)` when the `k`

@@ -2,7 +2,7 @@
 //! against hand-computed values.
 
 use lockstep_sampling::{
-    apply_penalties, FinishReason, Sampler, SamplingError, SamplingParams, DEFAULT_SEED,
+    apply_penalties, draw_row, FinishReason, Sampler, SamplingError, SamplingParams, DEFAULT_SEED,
 };
 
 /// Temperature 1 and every filter/penalty off: draws follow the plain softmax.
@@ -741,4 +741,94 @@ fn finish_reason_openai_names() {
     assert_eq!(FinishReason::StopString.to_string(), "stop");
     assert_eq!(FinishReason::Length.to_string(), "length");
     assert_eq!(FinishReason::Length.as_openai_str(), "length");
+}
+
+#[test]
+fn row_draws_made_elsewhere_are_the_samplers_draws() {
+    // A backend draws with `begin_row_draw`'s parameters (`draw_row`); the tokens, and the
+    // RNG stream, are those of `sample` on the same rows.
+    let settings = [
+        (1.0, 0, 0.0),
+        (0.6, 0, 0.05),
+        (1.4, 5000, 0.0),
+        (2.0, 0, 0.3),
+    ];
+    for (si, &(temperature, top_k, min_p)) in settings.iter().enumerate() {
+        let params = SamplingParams {
+            temperature,
+            top_k,
+            min_p,
+            ..plain(77 + si as u64)
+        };
+        let mut host = Sampler::new(params.clone()).expect("valid");
+        let mut remote = Sampler::new(params).expect("valid");
+        let mut seen = std::collections::BTreeSet::new();
+        for step in 0..200u64 {
+            let row = pseudo_logits(3000, step * 31 + si as u64, 6.0);
+            assert!(remote.row_draw_needed(row.len()), "setting {si}");
+            let want = host.sample(&row, &[]).expect("finite");
+            let d = remote.begin_row_draw();
+            let got = remote
+                .finish_row_draw(draw_row(&row, &d), row.len(), None)
+                .expect("drawn");
+            assert_eq!(got, want, "setting {si}, step {step}");
+            seen.insert(got);
+        }
+        assert!(
+            seen.len() > 20,
+            "setting {si}: {} distinct tokens",
+            seen.len()
+        );
+    }
+}
+
+#[test]
+fn a_failed_row_draw_gives_its_random_value_back() {
+    let mut a = Sampler::new(plain(5)).expect("valid");
+    let mut b = Sampler::new(plain(5)).expect("valid");
+    let row = pseudo_logits(500, 9, 4.0);
+    // b's backend found a NaN: the error `sample` gives, and nothing consumed.
+    let d = b.begin_row_draw();
+    let err = b.finish_row_draw(None, row.len(), Some((17, f32::NAN)));
+    assert!(matches!(
+        err,
+        Err(SamplingError::NonFiniteLogit { index: 17, .. })
+    ));
+    // A token past the vocabulary is no draw either.
+    let _ = b.begin_row_draw();
+    assert!(b.finish_row_draw(Some(500), row.len(), None).is_err());
+    let again = b.begin_row_draw();
+    assert_eq!(again, d);
+    let want = a.sample(&row, &[]).expect("finite");
+    assert_eq!(
+        b.finish_row_draw(draw_row(&row, &again), row.len(), None),
+        Ok(want)
+    );
+}
+
+#[test]
+fn only_whole_row_draws_without_penalties_are_made_elsewhere() {
+    let n = 1000;
+    let needed = |p: SamplingParams| Sampler::new(p).expect("valid").row_draw_needed(n);
+    assert!(needed(plain(1)));
+    assert!(needed(SamplingParams {
+        top_k: n,
+        ..plain(1)
+    }));
+    assert!(!needed(SamplingParams {
+        top_k: 40,
+        ..plain(1)
+    }));
+    assert!(!needed(SamplingParams {
+        top_p: 0.9,
+        ..plain(1)
+    }));
+    assert!(!needed(SamplingParams {
+        temperature: 0.0,
+        ..plain(1)
+    }));
+    assert!(!needed(SamplingParams {
+        repeat_penalty: 1.1,
+        ..plain(1)
+    }));
 }
