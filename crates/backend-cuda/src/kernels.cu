@@ -3152,3 +3152,180 @@ extern "C" __global__ void __launch_bounds__(TOP_THREADS)
         o[2 * k + 5] = (u32)(hb >> 32);
     }
 }
+
+// WHOLE-ROW DRAWS (`LogitsOut::TopDraw`): temperature sampling without top-k or top-p draws
+// from every token of the row. The token must be bitwise the host's (lockstep_sampling's
+// `row_draw`, the definition), so every value is spelled with IEEE-rounded f64 operations that
+// are never contracted into a fused multiply-add: det_exp is row_draw's, constant for constant
+// (tests/draw_consts.rs compares them); weight = det_exp((logit - max) / t), 0 below
+// max + ln(min_p); sums in a tree of butterflies over 32 children; the walk from the top,
+// children in order, `cum + child`, the first whose running sum exceeds u * total; the last
+// token with a positive weight should rounding leave the target past a node's last child.
+#define DX_LOG2E 0x3FF71547652B82FEull
+#define DX_LN2_HI 0x3FE62E42FEE00000ull
+#define DX_LN2_LO 0x3DEA39EF35793C76ull
+#define DX_MIN_X 0xC085E00000000000ull
+__device__ __constant__ unsigned long long DX_COEFFS[12] = {
+    0x3DE6124613A86D09ull, 0x3E21EED8EFF8D898ull, 0x3E5AE64567F544E4ull, 0x3E927E4FB7789F5Cull,
+    0x3EC71DE3A556C734ull, 0x3EFA01A01A01A01Aull, 0x3F2A01A01A01A01Aull, 0x3F56C16C16C16C17ull,
+    0x3F81111111111111ull, 0x3FA5555555555555ull, 0x3FC5555555555555ull, 0x3FE0000000000000ull};
+
+__device__ __forceinline__ double det_exp(double x) {
+    if (x > 0.0) x = 0.0;
+    if (isnan(x) || x < __longlong_as_double(DX_MIN_X)) return 0.0;
+    double k = floor(__dadd_rn(__dmul_rn(x, __longlong_as_double(DX_LOG2E)), 0.5));
+    double r = __dsub_rn(__dsub_rn(x, __dmul_rn(k, __longlong_as_double(DX_LN2_HI))),
+                         __dmul_rn(k, __longlong_as_double(DX_LN2_LO)));
+    double p = __longlong_as_double(DX_COEFFS[0]);
+#pragma unroll
+    for (int i = 1; i < 12; i++) p = __dadd_rn(__dmul_rn(p, r), __longlong_as_double(DX_COEFFS[i]));
+    p = __dadd_rn(__dmul_rn(p, r), 1.0);
+    p = __dadd_rn(__dmul_rn(p, r), 1.0);
+    double scale = __longlong_as_double((unsigned long long)((long long)k + 1023) << 52);
+    return __dmul_rn(p, scale);
+}
+
+// The butterfly of a warp's values: a[i] + a[i ^ o], o = 16 ... 1 (every lane gets the sum;
+// the two orders of each add give the same bits).
+__device__ __forceinline__ double draw_butterfly(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// A row's draw parameters (the host's RowDraw): t (0: no draw), ln(min_p), u.
+#define DRAW_PARAMS 3
+
+// The row's max (logits_top_merge's first value) when the row is finite and drawn from.
+__device__ __forceinline__ bool draw_row_max(const u32* top, int k, const double* prm, double* m) {
+    if (prm[0] <= 0.0 || top[2 * k] != 0) return false;
+    *m = (double)__uint_as_float(top[k]);
+    return true;
+}
+
+__device__ __forceinline__ double draw_weight(float l, double m, const double* prm) {
+    double x = (double)l;
+    if (x < __dadd_rn(m, prm[1])) return 0.0;
+    return det_exp(__ddiv_rn(__dsub_rn(x, m), prm[0]));
+}
+
+// Level 1: grid (segments / warps a block, rows); a warp per segment of 32 consecutive tokens:
+// their weights' butterfly sum into sums[row * nseg + seg], and the segment's last token of
+// positive weight (-1: none) into last[row * nseg + seg]. `top` is logits_top_merge's output
+// (rows of 2k + 6 words), `prm` the rows' parameters.
+extern "C" __global__ void __launch_bounds__(256)
+    draw_leaves(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
+                const double* __restrict__ prm, double* __restrict__ sums, int* __restrict__ last) {
+    GRID_ENTER();
+    int row = blockIdx.y, lane = threadIdx.x & 31;
+    int nseg = (n_vocab + 31) / 32;
+    int seg = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (seg >= nseg) return;
+    const double* p = prm + (size_t)row * DRAW_PARAMS;
+    double m;
+    if (!draw_row_max(top + (size_t)row * (2 * k + 6), k, p, &m)) return;
+    int i = seg * 32 + lane;
+    double w = i < n_vocab ? draw_weight(x[(size_t)row * n_vocab + i], m, p) : 0.0;
+    double s = draw_butterfly(w);
+    unsigned pos = __ballot_sync(0xffffffffu, w > 0.0);
+    if (lane == 0) {
+        sums[(size_t)row * nseg + seg] = s;
+        last[(size_t)row * nseg + seg] = pos == 0 ? -1 : seg * 32 + (31 - __clz(pos));
+    }
+}
+
+// The most nodes a level above the segments holds (vocabularies up to 32^4 tokens).
+#define DRAW_MAX_UPPER 1024
+
+// One block of 1024 threads per row: the levels above the segments (butterflies of 32), the
+// total, then warp 0 walks down; the token to drawn[row] (0xFFFFFFFF: no draw).
+extern "C" __global__ void __launch_bounds__(1024)
+    draw_pick(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
+              const double* __restrict__ prm, const double* __restrict__ sums,
+              const int* __restrict__ last, u32* __restrict__ drawn) {
+    GRID_ENTER();
+    __shared__ double up[2 * DRAW_MAX_UPPER];  // the levels above the segments, bottom first
+    __shared__ double leaf[32];
+    __shared__ int red[33];
+    __shared__ int s_node;
+    int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const double* p = prm + (size_t)row * DRAW_PARAMS;
+    double m;
+    if (!draw_row_max(top + (size_t)row * (2 * k + 6), k, p, &m)) {
+        if (tid == 0) drawn[row] = 0xFFFFFFFFu;
+        return;
+    }
+    int nseg = (n_vocab + 31) / 32;
+    const double* s1 = sums + (size_t)row * nseg;
+    // The last token of positive weight (the max's own weight is 1, so there is one).
+    int lp = -1;
+    for (int j = tid; j < nseg; j += 1024) lp = max(lp, last[(size_t)row * nseg + j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) lp = max(lp, __shfl_xor_sync(0xffffffffu, lp, o));
+    if (lane == 0) red[warp] = lp;
+    // Levels: len[0] = nseg (global), then each ceil(len / 32) in `up` until one is left.
+    int len[5], off[5];
+    int nl = 1;
+    len[0] = nseg;
+    off[0] = 0;
+    int o = 0;
+    while (len[nl - 1] > 1) {
+        len[nl] = (len[nl - 1] + 31) / 32;
+        off[nl] = o;
+        o += len[nl];
+        nl++;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        int v = -1;
+        for (int w = 0; w < 32; w++) v = max(v, red[w]);
+        red[32] = v;
+    }
+    for (int l = 1; l < nl; l++) {
+        for (int node = warp; node < len[l]; node += 32) {
+            int c = node * 32 + lane;
+            double v = 0.0;
+            if (c < len[l - 1]) v = l == 1 ? s1[c] : up[off[l - 1] + c];
+            v = draw_butterfly(v);
+            if (lane == 0) up[off[l] + node] = v;
+        }
+        __syncthreads();
+    }
+    if (warp != 0) return;
+    double total = nl == 1 ? s1[0] : up[off[nl - 1]];
+    double target = __dmul_rn(p[2], total);
+    double cum = 0.0;
+    int node = 0;
+    bool lost = false;
+    // Every level below the root, then the tokens: the warp loads the chosen node's 32
+    // children (a segment's tokens: their weights), lane 0 walks them in order.
+    for (int l = nl - 2; l >= -1 && !lost; l--) {
+        int c = node * 32 + lane;
+        int n_here = l >= 0 ? len[l] : n_vocab;
+        double v = 0.0;
+        if (c < n_here) {
+            if (l < 0) v = draw_weight(x[(size_t)row * n_vocab + c], m, p);
+            else if (l == 0) v = s1[c];
+            else v = up[off[l] + c];
+        }
+        leaf[lane] = v;
+        __syncwarp();
+        if (lane == 0) {
+            int found = -1;
+            for (int j = 0; j < 32 && node * 32 + j < n_here; j++) {
+                double next = __dadd_rn(cum, leaf[j]);
+                if (target < next) {
+                    found = node * 32 + j;
+                    break;
+                }
+                cum = next;
+            }
+            s_node = found;
+        }
+        __syncwarp();
+        node = s_node;
+        lost = node < 0;
+        __syncwarp();
+    }
+    if (lane == 0) drawn[row] = lost ? (u32)red[32] : (u32)node;
+}

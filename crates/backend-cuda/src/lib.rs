@@ -32,8 +32,8 @@ use cudarc::driver::{
 use lockstep_graph::{
     residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
     AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary,
-    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, StepKey, StepOut,
-    Taps, WeightView,
+    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, RowDraw, StepKey,
+    StepOut, Taps, WeightView,
 };
 
 pub mod audit;
@@ -280,6 +280,8 @@ struct Kernels {
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
     logits_top_part: CudaFunction,
     logits_top_merge: CudaFunction,
+    draw_leaves: CudaFunction,
+    draw_pick: CudaFunction,
 }
 
 /// The logits reduction's buffers, grown on demand: pass 1's keys, statistics and counts,
@@ -306,7 +308,13 @@ struct TopScratch {
     keys: CudaSlice<u64>,
     stats: CudaSlice<f64>,
     counts: CudaSlice<i32>,
+    /// The merge's rows of `2k + 6` words, then one word a row for the drawn tokens.
     out: CudaSlice<f32>,
+    /// Whole-row draws: each row's parameters (`DRAW_PARAMS` f64s), its segments' sums and
+    /// their last tokens of positive weight.
+    draw_params: CudaSlice<f64>,
+    draw_sums: CudaSlice<f64>,
+    draw_last: CudaSlice<i32>,
 }
 
 /// Options of the CUDA backend.
@@ -752,6 +760,8 @@ impl CudaBackend {
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
             logits_top_merge: f("logits_top_merge")?,
+            draw_leaves: f("draw_leaves")?,
+            draw_pick: f("draw_pick")?,
         };
         // The tensor-core path needs cuBLAS; without it (or when deterministic) every matmul
         // uses the kernels above.
@@ -1097,7 +1107,12 @@ impl CudaBackend {
     /// statistics (kernels.cu, LOGITS REDUCTION): `2k + 6` words a row cross to the host.
     /// `None` where the reduction does not fit (`plan::top_blocks`) or
     /// `LOCKSTEP_CUDA_TOPK=host` asks for the host's.
-    fn top_on_device(&self, logits: &CudaTensor, k: usize) -> Option<Vec<LogitsSummary>> {
+    fn top_on_device(
+        &self,
+        logits: &CudaTensor,
+        k: usize,
+        draws: &[Option<RowDraw>],
+    ) -> Option<Vec<LogitsSummary>> {
         let (rows, v) = (logits.rows, logits.cols);
         let (nb, chunk) = plan::top_blocks(v, k)?;
         if !self.reduce_on_device {
@@ -1106,13 +1121,21 @@ impl CudaBackend {
         if rows == 0 {
             return Some(Vec::new());
         }
+        let drawing = draws.iter().any(Option::is_some);
+        if drawing && (draws.len() != rows || !plan::draw_fits(v)) {
+            return None;
+        }
         let words = 2 * k + 6;
+        let nseg = v.div_ceil(plan::DRAW_FANOUT);
         let mut scratch = self.top.borrow_mut();
         let fits = scratch.as_ref().is_some_and(|t| {
             t.keys.len() >= rows * nb * k
                 && t.stats.len() >= rows * nb * 3
                 && t.counts.len() >= rows * nb * 3
-                && t.out.len() >= rows * words
+                && t.out.len() >= rows * (words + 1)
+                && t.draw_params.len() >= rows * plan::DRAW_PARAMS
+                && t.draw_sums.len() >= rows * nseg
+                && t.draw_last.len() >= rows * nseg
         });
         if !fits {
             let alloc = || -> Result<TopScratch, cudarc::driver::DriverError> {
@@ -1120,7 +1143,10 @@ impl CudaBackend {
                     keys: self.stream.alloc_zeros::<u64>(rows * nb * k)?,
                     stats: self.stream.alloc_zeros::<f64>(rows * nb * 3)?,
                     counts: self.stream.alloc_zeros::<i32>(rows * nb * 3)?,
-                    out: self.stream.alloc_zeros::<f32>(rows * words)?,
+                    out: self.stream.alloc_zeros::<f32>(rows * (words + 1))?,
+                    draw_params: self.stream.alloc_zeros::<f64>(rows * plan::DRAW_PARAMS)?,
+                    draw_sums: self.stream.alloc_zeros::<f64>(rows * nseg)?,
+                    draw_last: self.stream.alloc_zeros::<i32>(rows * nseg)?,
                 })
             };
             *scratch = Some(alloc().unwrap_or_else(|e| device_failure("logits_top", e)));
@@ -1161,12 +1187,23 @@ impl CudaBackend {
         // SAFETY: as above; out holds rows * (2k + 6) words, k <= TOP_MAX_K (the merge's
         // shared array) and nb * k <= TOP_THREADS * TOP_PER keys a row.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("logits_top_merge", e));
+        if drawing {
+            self.draw_on_device(logits, k, draws, t);
+        }
         // The words are u32 bit patterns in an f32 buffer: copies move bits, never values.
-        let host = self.host_f32("logits_top", &t.out, rows * words);
+        let n_words = rows * words + if drawing { rows } else { 0 };
+        let host = self.host_f32("logits_top", &t.out, n_words);
         self.mark("logits_top");
+        let drawn = |r: usize| {
+            host.get(rows * words + r)
+                .map(|w| w.to_bits())
+                .filter(|&t| drawing && (t as usize) < v)
+        };
         Some(
-            host.chunks_exact(words)
-                .map(|o| {
+            host[..rows * words]
+                .chunks_exact(words)
+                .enumerate()
+                .map(|(r, o)| {
                     let bits = |i: usize| o[i].to_bits();
                     let non_finite = bits(2 * k) as usize;
                     let top = if non_finite > 0 {
@@ -1188,10 +1225,73 @@ impl CudaBackend {
                         first_non_finite: (non_finite > 0)
                             .then(|| (bits(2 * k + 2), f32::from_bits(bits(2 * k + 3)))),
                         entropy,
+                        drawn: drawn(r),
                     }
                 })
                 .collect(),
         )
+    }
+
+    /// The whole-row draws of `draws` (one entry a row) from `logits`, after the top
+    /// reduction (whose first value is each row's max): each drawn token to the word after
+    /// the merge's rows in `t.out` (`u32::MAX` for a row without a draw).
+    fn draw_on_device(
+        &self,
+        logits: &CudaTensor,
+        k: usize,
+        draws: &[Option<RowDraw>],
+        t: &mut TopScratch,
+    ) {
+        let (rows, v) = (logits.rows, logits.cols);
+        let words = 2 * k + 6;
+        let params: Vec<f64> = draws
+            .iter()
+            .flat_map(|d| match d {
+                Some(d) => [f64::from(d.temperature), d.ln_min_p, d.u],
+                None => [0.0; plan::DRAW_PARAMS],
+            })
+            .collect();
+        let mut pv = t.draw_params.slice_mut(..params.len());
+        self.stream
+            .memcpy_htod(&params, &mut pv)
+            .unwrap_or_else(|e| device_failure("draw parameters", e));
+        let (vi, ki) = (v as i32, k as i32);
+        let nseg = v.div_ceil(plan::DRAW_FANOUT);
+        let (mut top_words, mut drawn) = t.out.split_at_mut(rows * words);
+        let mut b = self.stream.launch_builder(&self.k.draw_leaves);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&mut top_words)
+            .arg(&ki)
+            .arg(&t.draw_params)
+            .arg(&mut t.draw_sums)
+            .arg(&mut t.draw_last);
+        let cfg = LaunchConfig {
+            grid_dim: (nseg.div_ceil(plan::DRAW_LEAF_WARPS) as u32, rows as u32, 1),
+            block_dim: (32 * plan::DRAW_LEAF_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: logits holds rows * v floats, the merge's words rows * (2k + 6), the
+        // parameters rows * DRAW_PARAMS, the sums and last tokens rows * nseg (checked by the
+        // caller); the grid covers nseg warps a row, the kernel skips the warps past it.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("draw_leaves", e));
+        let mut b = self.stream.launch_builder(&self.k.draw_pick);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&mut top_words)
+            .arg(&ki)
+            .arg(&t.draw_params)
+            .arg(&t.draw_sums)
+            .arg(&t.draw_last)
+            .arg(&mut drawn);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as above; `drawn` holds a word a row, and v <= 32^4 tokens (plan::draw_fits)
+        // keeps the levels above the segments within the kernel's shared array.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("draw_pick", e));
     }
 
     /// The module our kernels live in, when step graphs get programmatic edges.
@@ -2062,7 +2162,7 @@ impl Backend for CudaBackend {
         key: StepKey,
         cache: &mut CudaKvCache,
         batch: &Batch,
-        out: LogitsOut,
+        out: LogitsOut<'_>,
     ) -> Result<Option<StepOut>, BackendError> {
         let fk = FullKey {
             step: key,
@@ -2143,7 +2243,7 @@ impl Backend for CudaBackend {
     fn end_step(
         &self,
         logits: CudaTensor,
-        out: LogitsOut,
+        out: LogitsOut<'_>,
     ) -> Result<Option<StepOut>, BackendError> {
         let mode = self.steps.borrow().mode;
         match mode {
@@ -2210,9 +2310,14 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn logits_out(&self, logits: &CudaTensor, out: LogitsOut) -> Result<StepOut, BackendError> {
-        if let LogitsOut::Top(k) = out {
-            if let Some(rows) = self.top_on_device(logits, k) {
+    fn logits_out(&self, logits: &CudaTensor, out: LogitsOut<'_>) -> Result<StepOut, BackendError> {
+        let (k, draws) = match out {
+            LogitsOut::Full => (0, &[][..]),
+            LogitsOut::Top(k) => (k, &[][..]),
+            LogitsOut::TopDraw(k, draws) => (k, draws),
+        };
+        if k > 0 {
+            if let Some(rows) = self.top_on_device(logits, k, draws) {
                 return Ok(StepOut::Top(rows));
             }
         }
@@ -3673,6 +3778,45 @@ mod tests {
                 KERNEL_SOURCE.contains(&format!("#ifdef {define}")),
                 "{name}"
             );
+        }
+        // Whole-row draws: det_exp's constants are the sampler's, bit for bit, and the
+        // geometry the host sizes is the kernels'.
+        {
+            use lockstep_sampling::row_draw::{det_exp_consts as c, DET_EXP_COEFFS, DRAW_FANOUT};
+            for (define, bits) in [
+                ("DX_LOG2E", c::LOG2E),
+                ("DX_LN2_HI", c::LN2_HI),
+                ("DX_LN2_LO", c::LN2_LO),
+                ("DX_MIN_X", c::MIN_X),
+            ] {
+                assert!(
+                    KERNEL_SOURCE.contains(&format!("#define {define} 0x{bits:016X}ull\n")),
+                    "{define}"
+                );
+            }
+            let coeffs = DET_EXP_COEFFS
+                .iter()
+                .map(|b| format!("0x{b:016X}ull"))
+                .collect::<Vec<_>>();
+            let at = KERNEL_SOURCE
+                .find("DX_COEFFS[12] = {")
+                .expect("the coefficients");
+            let listed: String = KERNEL_SOURCE[at..]
+                .chars()
+                .skip_while(|&ch| ch != '{')
+                .skip(1)
+                .take_while(|&ch| ch != '}')
+                .filter(|ch| !ch.is_whitespace())
+                .collect();
+            assert_eq!(listed, coeffs.join(","));
+            assert_eq!(plan::DRAW_FANOUT, DRAW_FANOUT);
+            assert_eq!(DRAW_FANOUT, 32, "a warp's butterfly");
+            assert!(KERNEL_SOURCE.contains(&format!("#define DRAW_PARAMS {}\n", plan::DRAW_PARAMS)));
+            assert!(KERNEL_SOURCE.contains("__launch_bounds__(256)\n    draw_leaves("));
+            assert_eq!(32 * plan::DRAW_LEAF_WARPS, 256);
+            // Levels above the segments of 32^4 tokens: 1024 + 32 + 1 nodes.
+            assert!(KERNEL_SOURCE.contains("#define DRAW_MAX_UPPER 1024\n"));
+            assert!(plan::draw_fits(32usize.pow(4)) && !plan::draw_fits(32usize.pow(4) + 1));
         }
         // The attention kernel's 128 threads hold at most 4 output elements each.
         assert!(KERNEL_SOURCE.contains("#define ATT_MAX_D 4"));

@@ -685,6 +685,19 @@ pub const TOP_MAX_K: usize = 64;
 /// The logits a first-pass block takes when there are enough blocks to spare.
 const TOP_CHUNK: usize = 2048;
 
+/// Whole-row draws (`LogitsOut::TopDraw`, kernels.cu `draw_leaves` / `draw_pick`): the sum
+/// tree's fanout (a warp, lockstep_sampling's `DRAW_FANOUT`), the parameters a row
+/// (`DRAW_PARAMS`), and the segments (warps) a `draw_leaves` block takes.
+pub const DRAW_FANOUT: usize = lockstep_graph::DRAW_FANOUT;
+pub const DRAW_PARAMS: usize = 3;
+pub const DRAW_LEAF_WARPS: usize = 8;
+
+/// Whether the device draws from rows of `n_vocab` logits: `draw_pick` holds the levels above
+/// the segments in shared memory, which fits vocabularies up to 32^4 tokens.
+pub fn draw_fits(n_vocab: usize) -> bool {
+    (1..=DRAW_FANOUT.pow(4)).contains(&n_vocab)
+}
+
 /// How the device reduces rows of `n_vocab` logits to their `k` largest: `(blocks per row,
 /// logits per block)`, such that the blocks cover the row, a block holds at most
 /// `TOP_THREADS * TOP_PER` logits and the merge at most as many keys (`blocks * k`). `None`:

@@ -49,30 +49,47 @@ pub struct GenerateOptions {
     /// Copy every step's whole logits row to the host and sample there. Off (the default),
     /// when the sampler needs only a row's largest logits ([`Sampler::top_needed`]: greedy,
     /// or top-k without penalties) the backend reduces the row where it computed it and only
-    /// those cross to the host; the token is the same either way.
+    /// those cross to the host, and when it needs a draw from the whole row
+    /// ([`Sampler::row_draw_needed`]: temperature sampling without top-k, top-p or penalties)
+    /// the backend draws there; the token is the same either way.
     pub full_logits: bool,
 }
 
-/// A step's next-token logits: the whole row, or its summary.
+/// A step's next-token logits: the whole row, or its summary (with the token drawn from the
+/// whole row when the step was asked to draw).
 enum NextLogits {
     Full(Vec<f32>),
     Top(LogitsSummary),
+    Drawn(LogitsSummary),
 }
 
-/// One forward step of `seq`, with the watch-mode taps handed to the monitor; `top`: the
-/// row reduced to that many largest logits.
+/// What a step hands back for the sampler: the whole row, its `k` largest logits, or (a
+/// whole-row draw, `Sampler::row_draw_needed`) the token drawn where the row was computed.
+#[derive(Clone, Copy)]
+enum Want {
+    Full,
+    Top(usize),
+    Draw,
+}
+
+/// One forward step of `seq`, with the watch-mode taps handed to the monitor.
 fn step<B: Backend>(
     engine: &mut Engine<B>,
     seq: SeqId,
     tokens: &[u32],
     monitor: &mut Monitor,
     index: usize,
-    top: Option<usize>,
+    want: Want,
+    sampler: &mut Sampler,
 ) -> Result<NextLogits, EngineError> {
-    let forward = |engine: &mut Engine<B>, taps: &mut Taps<'_>| -> Result<_, EngineError> {
-        Ok(match top {
-            Some(k) => NextLogits::Top(engine.forward_one_top(seq, tokens, taps, k)?),
-            None => NextLogits::Full(engine.forward_one(seq, tokens, taps)?),
+    let mut forward = |engine: &mut Engine<B>, taps: &mut Taps<'_>| -> Result<_, EngineError> {
+        Ok(match want {
+            Want::Top(k) => NextLogits::Top(engine.forward_one_top(seq, tokens, taps, k)?),
+            Want::Full => NextLogits::Full(engine.forward_one(seq, tokens, taps)?),
+            Want::Draw => {
+                let d = sampler.begin_row_draw();
+                NextLogits::Drawn(engine.forward_one_top_draw(seq, tokens, taps, 1, Some(d))?)
+            }
         })
     };
     if monitor.config().enabled && monitor.config().watch {
@@ -121,12 +138,17 @@ pub fn generate_with<B: Backend>(
     let seq = engine.new_sequence();
     let result = (|| {
         let t0 = Instant::now();
-        let top = if opts.full_logits {
-            None
+        let vocab = engine.n_vocab();
+        let want = if opts.full_logits {
+            Want::Full
+        } else if let Some(k) = sampler.top_needed(vocab) {
+            Want::Top(k)
+        } else if sampler.row_draw_needed(vocab) {
+            Want::Draw
         } else {
-            sampler.top_needed(engine.n_vocab())
+            Want::Full
         };
-        let mut logits = step(engine, seq, prompt, &mut monitor, 0, top)?;
+        let mut logits = step(engine, seq, prompt, &mut monitor, 0, want, &mut sampler)?;
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
         let mut history: Vec<u32> = prompt.to_vec();
@@ -143,6 +165,10 @@ pub fn generate_with<B: Backend>(
                 NextLogits::Top(s) => {
                     monitor.observe_summary(ids.len(), s);
                     sampler.sample_from_top(&s.top, s.n_vocab, s.first_non_finite)
+                }
+                NextLogits::Drawn(s) => {
+                    monitor.observe_summary(ids.len(), s);
+                    sampler.finish_row_draw(s.drawn, s.n_vocab, s.first_non_finite)
                 }
             };
             let id = match chosen {
@@ -179,7 +205,15 @@ pub fn generate_with<B: Backend>(
             if params.length_reached(ids.len()) || engine.seq_len(seq)? + 1 > engine.n_ctx() {
                 break FinishReason::Length;
             }
-            logits = step(engine, seq, &[id], &mut monitor, ids.len(), top)?;
+            logits = step(
+                engine,
+                seq,
+                &[id],
+                &mut monitor,
+                ids.len(),
+                want,
+                &mut sampler,
+            )?;
         };
         if finish != FinishReason::StopString {
             let rest = decoder.finish();

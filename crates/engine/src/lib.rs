@@ -12,7 +12,9 @@ pub mod scheduler;
 
 use std::collections::BTreeMap;
 
-use lockstep_graph::{Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, StepOut, Taps};
+use lockstep_graph::{
+    Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, RowDraw, StepOut, Taps,
+};
 use lockstep_models::{forward, Model, ModelError};
 
 pub use generate::{generate, generate_with, GenerateError, GenerateOptions, GenerateOutput};
@@ -278,7 +280,26 @@ impl<B: Backend> Engine<B> {
         taps: &mut Taps<'_>,
         k: usize,
     ) -> Result<Vec<Vec<LogitsSummary>>, EngineError> {
-        let (out, ranges) = self.step(inputs, taps, LogitsOut::Top(k.max(1)))?;
+        self.forward_top_draw(inputs, taps, k, &[])
+    }
+
+    /// [`forward_top`](Self::forward_top), and for each output row whose entry of `draws` is
+    /// `Some` (one entry per output row, the inputs' rows in order, or none at all) the token
+    /// drawn from the whole row ([`LogitsSummary::drawn`]): temperature sampling without top-k
+    /// or top-p, made where the row was computed, so on a GPU only the token crosses.
+    pub fn forward_top_draw(
+        &mut self,
+        inputs: &[SeqInput<'_>],
+        taps: &mut Taps<'_>,
+        k: usize,
+        draws: &[Option<RowDraw>],
+    ) -> Result<Vec<Vec<LogitsSummary>>, EngineError> {
+        let out = if draws.iter().any(Option::is_some) {
+            LogitsOut::TopDraw(k.max(1), draws)
+        } else {
+            LogitsOut::Top(k.max(1))
+        };
+        let (out, ranges) = self.step(inputs, taps, out)?;
         let StepOut::Top(rows) = out else {
             unreachable!("summaries were asked for")
         };
@@ -294,7 +315,7 @@ impl<B: Backend> Engine<B> {
         &mut self,
         inputs: &[SeqInput<'_>],
         taps: &mut Taps<'_>,
-        out: LogitsOut,
+        out: LogitsOut<'_>,
     ) -> Result<(StepOut, Vec<std::ops::Range<usize>>), EngineError> {
         let vocab = self.n_vocab();
         // Validate everything before touching state, so a bad request leaves no trace.
@@ -443,7 +464,20 @@ impl<B: Backend> Engine<B> {
         taps: &mut Taps<'_>,
         k: usize,
     ) -> Result<LogitsSummary, EngineError> {
-        let mut out = self.forward_top(
+        self.forward_one_top_draw(seq, tokens, taps, k, None)
+    }
+
+    /// [`forward_one_top`](Self::forward_one_top), with the token drawn from the whole row
+    /// when `draw` is given (see [`forward_top_draw`](Self::forward_top_draw)).
+    pub fn forward_one_top_draw(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+        taps: &mut Taps<'_>,
+        k: usize,
+        draw: Option<RowDraw>,
+    ) -> Result<LogitsSummary, EngineError> {
+        let mut out = self.forward_top_draw(
             &[SeqInput {
                 seq,
                 tokens,
@@ -452,6 +486,7 @@ impl<B: Backend> Engine<B> {
             }],
             taps,
             k,
+            &[draw],
         )?;
         let Some(row) = out.pop().and_then(|mut rows| rows.pop()) else {
             unreachable!("a step with one output row returns one summary")

@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use lockstep_graph::{Backend, HostTensor, LogitsSummary, Taps};
+use lockstep_graph::{Backend, HostTensor, LogitsSummary, RowDraw, Taps};
 use lockstep_sampling::{FinishReason, ParamError, Sampler, SamplingParams, StopChecker};
 use lockstep_tokenizer::{StreamDecoder, Tokenizer};
 
@@ -157,6 +157,11 @@ pub struct SchedulerStats {
     pub generated_tokens: u64,
     pub prefix_blocks_queried: u64,
     pub prefix_blocks_hit: u64,
+    /// Sampled rows by how their logits reached the sampler: whole, reduced to their largest
+    /// logits, or as the token the backend drew from the whole row.
+    pub rows_full: u64,
+    pub rows_reduced: u64,
+    pub rows_drawn: u64,
     /// Seconds spent in forward passes, and in whole steps (scheduling, sampling, logprobs,
     /// monitors and stream decoding included).
     pub forward_seconds: f64,
@@ -478,6 +483,44 @@ impl<B: Backend> Scheduler<B> {
     }
 
     fn run_step(&mut self, plan: &[usize], events: &mut Vec<(RequestId, Event)>) {
+        // The rows go to the host reduced to their largest logits when every request that
+        // samples this step needs no more (`Sampler::top_needed`: no penalties, logit bias,
+        // logprobs or captured logits), or a token drawn from its whole row
+        // (`Sampler::row_draw_needed`: temperature sampling without top-k or top-p, which the
+        // backend draws where it computed the row); on a GPU that is a few hundred bytes a row
+        // instead of the vocabulary. The rows that sample are those that end their prompt.
+        let vocab = self.engine.n_vocab();
+        let full_logits = self.full_logits;
+        let samples =
+            |n: usize, a: &Active| a.seq.is_some() && n > 0 && a.computed + n == a.history.len();
+        let wants: Option<Vec<Option<usize>>> = plan
+            .iter()
+            .zip(&self.running)
+            .filter(|&(&n, a)| samples(n, a))
+            .map(|(_, a)| {
+                let plain = a.req.logit_bias.is_empty()
+                    && a.req.logprobs.is_none()
+                    && !a.req.capture_logits;
+                if !plain || full_logits {
+                    return None;
+                }
+                // Some(Some(k)): the k largest; Some(None): a whole-row draw.
+                match a.sampler.top_needed(vocab) {
+                    Some(k) => Some(Some(k)),
+                    None => a.sampler.row_draw_needed(vocab).then_some(None),
+                }
+            })
+            .collect();
+        let draws: Vec<Option<RowDraw>> = match &wants {
+            Some(w) if w.iter().any(Option::is_none) => plan
+                .iter()
+                .zip(self.running.iter_mut())
+                .filter(|(&n, a)| samples(n, a))
+                .zip(w)
+                .map(|((_, a), want)| want.is_none().then(|| a.sampler.begin_row_draw()))
+                .collect(),
+            _ => Vec::new(),
+        };
         let mut inputs = Vec::new();
         let mut who = Vec::new();
         for (i, (&n, a)) in plan.iter().zip(&self.running).enumerate() {
@@ -498,32 +541,26 @@ impl<B: Backend> Scheduler<B> {
             });
             who.push(i);
         }
-        // The rows go to the host reduced to their largest logits when every request that
-        // samples this step needs no more (`Sampler::top_needed`: no penalties, logit bias,
-        // logprobs or captured logits); on a GPU that is a few hundred bytes a row instead of
-        // the vocabulary.
-        let vocab = self.engine.n_vocab();
-        let top = inputs
+        let n_rows = plan
             .iter()
-            .zip(&who)
-            .filter(|(inp, _)| inp.logits != Logits::None)
-            .try_fold(0usize, |k, (_, &i)| {
-                let a = &self.running[i];
-                let plain = a.req.logit_bias.is_empty()
-                    && a.req.logprobs.is_none()
-                    && !a.req.capture_logits;
-                plain
-                    .then(|| a.sampler.top_needed(vocab))
-                    .flatten()
-                    .map(|n| k.max(n))
-            })
-            .filter(|&k| k > 0 && !self.full_logits);
+            .zip(&self.running)
+            .filter(|&(&n, a)| samples(n, a))
+            .count() as u64;
+        let n_drawn = draws.iter().flatten().count() as u64;
+        match wants {
+            Some(_) => {
+                self.stats.rows_drawn += n_drawn;
+                self.stats.rows_reduced += n_rows - n_drawn;
+            }
+            None => self.stats.rows_full += n_rows,
+        }
+        let top = wants.map(|w| w.into_iter().flatten().fold(1, usize::max));
         self.stats.steps += 1;
         let t0 = std::time::Instant::now();
         let result = match top {
             Some(k) => self
                 .engine
-                .forward_top(&inputs, &mut Taps::none(), k)
+                .forward_top_draw(&inputs, &mut Taps::none(), k, &draws)
                 .map(|rows| rows.into_iter().map(StepRows::Top).collect::<Vec<_>>()),
             None => self
                 .engine
@@ -614,6 +651,12 @@ fn sample_one(
 ) -> Result<(Event, Option<Finished>), String> {
     let step = a.n_generated;
     let chosen = match logits {
+        RowLogits::Top(s) if a.sampler.top_needed(s.n_vocab).is_none() => {
+            // The backend drew from the whole row (`Sampler::row_draw_needed`).
+            a.monitor.observe_summary(step, s);
+            a.sampler
+                .finish_row_draw(s.drawn, s.n_vocab, s.first_non_finite)
+        }
         RowLogits::Top(s) => {
             a.monitor.observe_summary(step, s);
             a.sampler

@@ -9,7 +9,7 @@ use lockstep_engine::{
     generate_with, EngineConfig, GenerateOptions, Logits, LogitsSummary, SamplingParams, SeqInput,
 };
 use lockstep_gguf::GgufFile;
-use lockstep_graph::Taps;
+use lockstep_graph::{draw_row, RowDraw, Taps};
 use lockstep_tokenizer::Tokenizer;
 
 fn model() -> std::path::PathBuf {
@@ -85,6 +85,9 @@ fn generation_from_summaries_is_generation_from_full_rows() {
         (0.9, 40, 0.9, 0.05),
         (1.5, 64, 1.0, 0.0),
         (0.7, 5, 0.5, 0.1),
+        // Whole-row draws (no top-k, no top-p): the backend draws.
+        (1.0, 0, 1.0, 0.0),
+        (0.6, 0, 1.0, 0.05),
     ];
     for (ci, &(temperature, top_k, top_p, min_p)) in cases.iter().enumerate() {
         let params = SamplingParams {
@@ -111,4 +114,61 @@ fn generation_from_summaries_is_generation_from_full_rows() {
         }
         assert_eq!(ids[0], ids[1], "case {ci}");
     }
+}
+
+#[test]
+fn summaries_carry_the_draw_from_the_full_row() {
+    let mut e = ref_engine(&model(), EngineConfig::default());
+    let prompt = [1u32, 15, 27, 99, 4];
+    let a = e.new_sequence();
+    let full = e
+        .forward(
+            &[SeqInput {
+                seq: a,
+                tokens: &prompt[..],
+                logits: Logits::All,
+                mask: None,
+            }],
+            &mut Taps::none(),
+        )
+        .expect("forward");
+    e.free_sequence(a);
+    let a = e.new_sequence();
+    // A draw for every row but the second, at spread temperatures and uniforms.
+    let draws: Vec<Option<RowDraw>> = (0..prompt.len())
+        .map(|r| {
+            (r != 1).then_some(RowDraw {
+                temperature: 0.5 + r as f32 * 0.4,
+                ln_min_p: if r == 3 {
+                    0.05f64.ln()
+                } else {
+                    f64::NEG_INFINITY
+                },
+                u: (r as f64 * 0.23 + 0.11).fract(),
+            })
+        })
+        .collect();
+    let top = e
+        .forward_top_draw(
+            &[SeqInput {
+                seq: a,
+                tokens: &prompt[..],
+                logits: Logits::All,
+                mask: None,
+            }],
+            &mut Taps::none(),
+            3,
+            &draws,
+        )
+        .expect("forward_top_draw");
+    let mut distinct = std::collections::BTreeSet::new();
+    for (r, s) in top[0].iter().enumerate() {
+        assert_eq!(s.top, LogitsSummary::of_row(full[0].row(r), 3).top);
+        let want = draws[r].and_then(|d| draw_row(full[0].row(r), &d));
+        assert_eq!(s.drawn, want, "row {r}");
+        assert_eq!(s.drawn.is_some(), r != 1);
+        distinct.extend(s.drawn);
+    }
+    // Not the argmax every time: the draws spread.
+    assert!(distinct.len() > 1, "{distinct:?}");
 }

@@ -558,3 +558,51 @@ fn reduced_rows_sample_what_full_rows_sample() {
         }
     }
 }
+
+#[test]
+fn whole_row_draws_sample_what_full_rows_sample() {
+    // Temperature sampling without top-k or top-p (the backend draws from the whole row),
+    // batched with greedy and top-k requests (reduced rows).
+    let mut reqs: Vec<Request> = mixed_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.logprobs = None;
+            r
+        })
+        .collect();
+    let draw = |r: &mut Request, temperature: f32, min_p: f32, seed: u64| {
+        r.params.temperature = temperature;
+        r.params.top_k = 0;
+        r.params.top_p = 1.0;
+        r.params.min_p = min_p;
+        r.params.seed = seed;
+    };
+    draw(&mut reqs[1], 1.0, 0.0, 7);
+    draw(&mut reqs[2], 0.6, 0.05, 8);
+    draw(&mut reqs[5], 1.3, 0.0, 9);
+    let run = |full: bool| {
+        let mut s = scheduler(
+            EngineConfig::default(),
+            SchedulerConfig {
+                max_seqs: 3,
+                ..SchedulerConfig::default()
+            },
+        );
+        s.set_full_logits(full);
+        let out = plain_outcomes(&mut s, &reqs);
+        (out, s.stats())
+    };
+    let (drawn, stats) = run(false);
+    let (full, full_stats) = run(true);
+    assert_eq!(drawn, full);
+    let generated: usize = reqs.iter().filter_map(|r| r.params.max_tokens).sum();
+    let by_draw: usize = [1, 2, 5]
+        .iter()
+        .filter_map(|&i| reqs[i].params.max_tokens)
+        .sum();
+    assert_eq!(stats.rows_drawn as usize, by_draw);
+    assert_eq!(stats.rows_reduced as usize, generated - by_draw);
+    assert_eq!(stats.rows_full, 0);
+    assert_eq!(full_stats.rows_full as usize, generated);
+    assert_eq!(full_stats.rows_drawn + full_stats.rows_reduced, 0);
+}

@@ -159,7 +159,7 @@ pub trait Backend {
         key: StepKey,
         cache: &mut Self::KvCache,
         batch: &Batch,
-        out: LogitsOut,
+        out: LogitsOut<'_>,
     ) -> Result<Option<StepOut>, BackendError> {
         let _ = (key, cache, batch, out);
         Ok(None)
@@ -183,7 +183,7 @@ pub trait Backend {
     fn end_step(
         &self,
         logits: Self::Tensor,
-        out: LogitsOut,
+        out: LogitsOut<'_>,
     ) -> Result<Option<StepOut>, BackendError> {
         self.logits_out(&logits, out).map(Some)
     }
@@ -192,7 +192,11 @@ pub trait Backend {
     /// summaries ([`StepOut::from_host`], whose `LogitsSummary::of_row` is the definition to
     /// match). The default reduces on the host; a backend whose logits live elsewhere reduces
     /// them there.
-    fn logits_out(&self, logits: &Self::Tensor, out: LogitsOut) -> Result<StepOut, BackendError> {
+    fn logits_out(
+        &self,
+        logits: &Self::Tensor,
+        out: LogitsOut<'_>,
+    ) -> Result<StepOut, BackendError> {
         Ok(StepOut::from_host(self.to_host(logits), out))
     }
 

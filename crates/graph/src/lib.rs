@@ -19,5 +19,5 @@ pub use backend::{
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;
-pub use logits::{top_key, LogitsOut, LogitsSummary, StepOut};
+pub use logits::{draw_row, top_key, LogitsOut, LogitsSummary, RowDraw, StepOut, DRAW_FANOUT};
 pub use taps::{TapObserver, Taps};

@@ -6,16 +6,27 @@
 //! [`LogitsOut::Top`] the backend reduces every row on the device and only a few hundred
 //! bytes cross to the host. [`LogitsSummary::of_row`] is the definition every backend's
 //! reduction must match: the same ids and values, bit for bit, and the same counts.
+//!
+//! Temperature sampling without top-k or top-p draws from the whole row: with
+//! [`LogitsOut::TopDraw`] the backend draws there too (the sampler's random value handed in),
+//! and only the token crosses; [`draw_row`] is the definition its token must match.
 
 use std::cmp::Ordering;
 
+pub use lockstep_sampling::row_draw::DRAW_FANOUT;
+pub use lockstep_sampling::{draw_row, RowDraw};
+
 /// What the caller wants from a step's output rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogitsOut {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LogitsOut<'a> {
     /// Every output row's logits, on the host.
     Full,
     /// Per output row, a [`LogitsSummary`] with the `k` largest logits (`k >= 1`).
     Top(usize),
+    /// As `Top(k)`, and for each output row whose entry of the slice is `Some`, the token
+    /// drawn from the whole row ([`LogitsSummary::drawn`], bitwise [`draw_row`]'s). The slice
+    /// has one entry per output row.
+    TopDraw(usize, &'a [Option<RowDraw>]),
 }
 
 /// A step's result, as asked by [`LogitsOut`].
@@ -27,16 +38,24 @@ pub enum StepOut {
 
 impl StepOut {
     /// `out` made from logits already on the host: the rows themselves, or each reduced by
-    /// [`LogitsSummary::of_row`].
-    pub fn from_host(host: crate::HostTensor, out: LogitsOut) -> StepOut {
-        match out {
-            LogitsOut::Full => StepOut::Full(host),
-            LogitsOut::Top(k) => StepOut::Top(
-                (0..host.rows())
-                    .map(|r| LogitsSummary::of_row(host.row(r), k))
-                    .collect(),
-            ),
-        }
+    /// [`LogitsSummary::of_row`] (and drawn from by [`draw_row`]).
+    pub fn from_host(host: crate::HostTensor, out: LogitsOut<'_>) -> StepOut {
+        let (k, draws) = match out {
+            LogitsOut::Full => return StepOut::Full(host),
+            LogitsOut::Top(k) => (k, &[][..]),
+            LogitsOut::TopDraw(k, draws) => (k, draws),
+        };
+        StepOut::Top(
+            (0..host.rows())
+                .map(|r| {
+                    let mut s = LogitsSummary::of_row(host.row(r), k);
+                    if let Some(Some(d)) = draws.get(r) {
+                        s.drawn = draw_row(host.row(r), d);
+                    }
+                    s
+                })
+                .collect(),
+        )
     }
 }
 
@@ -58,6 +77,9 @@ pub struct LogitsSummary {
     /// compute it in another order or precision (it feeds the flat-logits monitor, never a
     /// token choice).
     pub entropy: f64,
+    /// The token drawn from the whole row when the step was asked to ([`LogitsOut::TopDraw`]);
+    /// `None` otherwise, or when the row has non-finite values.
+    pub drawn: Option<u32>,
 }
 
 /// The sort key of the sampler's order: a larger key is a larger logit, or the same logit
@@ -124,6 +146,7 @@ impl LogitsSummary {
             nan,
             first_non_finite,
             entropy,
+            drawn: None,
         }
     }
 }

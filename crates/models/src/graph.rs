@@ -23,7 +23,7 @@ pub fn forward<B: Backend>(
     cache: &mut B::KvCache,
     batch: &Batch,
     taps: &mut Taps<'_>,
-    out: LogitsOut,
+    out: LogitsOut<'_>,
 ) -> Result<StepOut, ModelError> {
     if taps.active() {
         let logits = forward_ops(b, model, cache, batch, taps)?;

@@ -17,8 +17,9 @@ use std::time::Instant;
 use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
-    Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
-    LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, StepOut, Taps, WeightView,
+    draw_row, Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor,
+    KvLayout, LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, RowDraw, StepOut,
+    Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
 use serde::Serialize;
@@ -325,12 +326,37 @@ impl<'b, B: Backend> Harness<'b, B> {
 
     /// `logits_out(Top(k))` on rows of `vocab` logits against [`LogitsSummary::of_row`]: the
     /// same ids and values bit for bit, the same non-finite counts and first index; the
-    /// entropy (summed in another order) within 1e-9 relative.
-    fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows) {
+    /// entropy (summed in another order) within 1e-9 relative. With `draw`,
+    /// `logits_out(TopDraw(k, ..))`: also each row's token drawn from the whole row, bitwise
+    /// [`draw_row`]'s (spread temperatures, min-p on some rows, uniforms from 0 to just
+    /// under 1; the third row asks for no draw).
+    fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, draw: bool) {
         if !self.wants("logits_top", "-") {
             return;
         }
-        let shape = format!("{rows}x{vocab} k={k} {kind:?}");
+        let shape = format!(
+            "{rows}x{vocab} k={k} {kind:?}{}",
+            if draw { " +draw" } else { "" }
+        );
+        let draws: Vec<Option<RowDraw>> = (0..rows)
+            .map(|r| {
+                let u = match r % 4 {
+                    0 => f64::from(self.rng.uniform()),
+                    1 => 0.0,
+                    2 => 0.5,
+                    _ => 1.0 - 1e-12,
+                };
+                (draw && r != 2).then_some(RowDraw {
+                    temperature: [1.0, 0.7, 1.6][r % 3],
+                    ln_min_p: if r % 2 == 1 {
+                        0.05f64.ln()
+                    } else {
+                        f64::NEG_INFINITY
+                    },
+                    u,
+                })
+            })
+            .collect();
         let mut data: Vec<f32> = (0..rows * vocab).map(|_| self.rng.normal(4.0)).collect();
         match kind {
             TopRows::Spread => {}
@@ -359,7 +385,12 @@ impl<'b, B: Backend> Harness<'b, B> {
         let want: Vec<LogitsSummary> = (0..rows)
             .map(|r| LogitsSummary::of_row(host.row(r), k))
             .collect();
-        let got = match self.b.logits_out(&t, LogitsOut::Top(k)) {
+        let out = if draw {
+            LogitsOut::TopDraw(k, &draws)
+        } else {
+            LogitsOut::Top(k)
+        };
+        let got = match self.b.logits_out(&t, out) {
             Ok(StepOut::Top(g)) => g,
             Ok(StepOut::Full(_)) => {
                 return self.error(
@@ -403,6 +434,14 @@ impl<'b, B: Backend> Harness<'b, B> {
             };
             if nf(g) != nf(w) {
                 why.push(format!("row {r}: counts {:?}, expected {:?}", nf(g), nf(w)));
+            }
+            let drawn = draws
+                .get(r)
+                .copied()
+                .flatten()
+                .and_then(|d| draw_row(host.row(r), &d));
+            if g.drawn != drawn {
+                why.push(format!("row {r}: drew {:?}, expected {drawn:?}", g.drawn));
             }
             let rel = (g.entropy - w.entropy).abs() / w.entropy.abs().max(1e-300);
             if !(g.entropy == w.entropy || rel <= 1e-9) {
@@ -1633,17 +1672,27 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         }
     }
     // Logits reduced to their largest entries (cuda: on the device). Last too.
-    for (rows, vocab, k, kind) in [
-        (1usize, 49152usize, 1usize, TopRows::Spread),
-        (1, 49152, 40, TopRows::Spread),
-        (3, 262144, 64, TopRows::Spread),
-        (2, 32000, 7, TopRows::Ties),
-        (2, 1000, 64, TopRows::Ties),
-        (1, 100, 64, TopRows::Spread),
-        (2, 5000, 3, TopRows::Flat),
-        (3, 20000, 40, TopRows::NonFinite),
+    // With whole-row draws too (cuda: on the device): vocabularies of one to four levels of
+    // the sum tree, one token, and lengths that leave partial segments.
+    for (rows, vocab, k, kind, draw) in [
+        (1usize, 49152usize, 1usize, TopRows::Spread, false),
+        (1, 49152, 40, TopRows::Spread, false),
+        (3, 262144, 64, TopRows::Spread, false),
+        (2, 32000, 7, TopRows::Ties, false),
+        (2, 1000, 64, TopRows::Ties, false),
+        (1, 100, 64, TopRows::Spread, false),
+        (2, 5000, 3, TopRows::Flat, false),
+        (3, 20000, 40, TopRows::NonFinite, false),
+        (4, 49152, 1, TopRows::Spread, true),
+        (4, 262144, 1, TopRows::Spread, true),
+        (4, 151936, 5, TopRows::Ties, true),
+        (4, 1000, 1, TopRows::Spread, true),
+        (2, 33, 1, TopRows::Spread, true),
+        (2, 1, 1, TopRows::Spread, true),
+        (3, 5000, 1, TopRows::Flat, true),
+        (3, 20000, 1, TopRows::NonFinite, true),
     ] {
-        h.logits_top_case(rows, vocab, k, kind);
+        h.logits_top_case(rows, vocab, k, kind, draw);
     }
     // The feed-forward pair as the model runs it: the down projection right after the fused
     // gate/up, on whatever quantization of the activation that left (cuda: its own, made in

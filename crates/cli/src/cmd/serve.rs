@@ -65,7 +65,9 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
     /// Take every logits row to the host whole. By default, a step whose requests' samplers
     /// need only the largest logits (no penalties, logit bias or logprobs) has its rows
-    /// reduced where they were computed (on a GPU only those cross); the tokens are the same.
+    /// reduced where they were computed (on a GPU only those cross), and samplers that draw
+    /// from the whole row (temperature without top-k or top-p) draw there; the tokens are
+    /// the same.
     #[arg(long)]
     pub full_logits: bool,
 }
