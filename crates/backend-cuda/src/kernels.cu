@@ -3193,7 +3193,8 @@ __device__ __forceinline__ double draw_butterfly(double v) {
     return v;
 }
 
-// A row's draw parameters (the host's RowDraw): t (0: no draw), ln(min_p), u.
+// A row's draw parameters (the host's RowDraw): t (0: nothing), ln(min_p), u (negative: the
+// total alone, for top-p: t = 1, no min-p).
 #define DRAW_PARAMS 3
 
 // The row's max (logits_top_merge's first value) when the row is finite and drawn from.
@@ -3238,7 +3239,8 @@ extern "C" __global__ void __launch_bounds__(256)
 #define DRAW_MAX_UPPER 1024
 
 // One block of 1024 threads per row: the levels above the segments (butterflies of 32), the
-// total, then warp 0 walks down; the token to drawn[row] (0xFFFFFFFF: no draw).
+// total, then warp 0 walks down; the token to drawn[3 * row] (0xFFFFFFFF: no draw), or with a
+// negative u the total's two halves to drawn[3 * row + 1 ..].
 extern "C" __global__ void __launch_bounds__(1024)
     draw_pick(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
               const double* __restrict__ prm, const double* __restrict__ sums,
@@ -3251,8 +3253,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const double* p = prm + (size_t)row * DRAW_PARAMS;
     double m;
+    drawn += 3 * (size_t)row;
     if (!draw_row_max(top + (size_t)row * (2 * k + 6), k, p, &m)) {
-        if (tid == 0) drawn[row] = 0xFFFFFFFFu;
+        if (tid == 0) drawn[0] = drawn[1] = drawn[2] = 0xFFFFFFFFu;
         return;
     }
     int nseg = (n_vocab + 31) / 32;
@@ -3293,6 +3296,15 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     if (warp != 0) return;
     double total = nl == 1 ? s1[0] : up[off[nl - 1]];
+    if (p[2] < 0.0) {
+        if (lane == 0) {
+            unsigned long long tb = (unsigned long long)__double_as_longlong(total);
+            drawn[0] = 0xFFFFFFFFu;
+            drawn[1] = (u32)(tb & 0xFFFFFFFFull);
+            drawn[2] = (u32)(tb >> 32);
+        }
+        return;
+    }
     double target = __dmul_rn(p[2], total);
     double cum = 0.0;
     int node = 0;
@@ -3327,5 +3339,145 @@ extern "C" __global__ void __launch_bounds__(1024)
         lost = node < 0;
         __syncwarp();
     }
-    if (lane == 0) drawn[row] = lost ? (u32)red[32] : (u32)node;
+    if (lane == 0) {
+        drawn[0] = lost ? (u32)red[32] : (u32)node;
+        drawn[1] = drawn[2] = 0xFFFFFFFFu;
+    }
+}
+
+// TOP-P CANDIDATES (`RowPick::Nucleus`): a prefix of the row in the sampler's order (value
+// descending, ties by the lower id) long enough to hold most nuclei, sorted on the device, so
+// the sampler finds the nucleus there (it checks: a prefix that falls short makes the host
+// copy the row instead). Logits within NUC_RANGE of the max fall in bins of 1/NUC_SCALE; the
+// prefix is every logit of the bins from the top while their count stays within NUC_CAP.
+#define NUC_BINS 2048
+#define NUC_SCALE 64.0f
+#define NUC_CAP 2048
+#define NUC_THREADS 256
+
+__device__ __forceinline__ int nuc_bin(float m, float l) {
+    float d = m - l;
+    return d < (float)NUC_BINS / NUC_SCALE ? (int)(d * NUC_SCALE) : NUC_BINS;
+}
+
+// Rows asking for a nucleus (`prm` u < 0, the total's mode) with a finite max.
+__device__ __forceinline__ bool nuc_row(const u32* top, int k, const double* prm, float* m) {
+    if (prm[0] <= 0.0 || prm[2] >= 0.0 || top[2 * k] != 0) return false;
+    *m = __uint_as_float(top[k]);
+    return true;
+}
+
+// Pass 1: grid (blocks, rows), NUC_THREADS threads: the row's bin counts into hist[row * NUC_BINS]
+// (zeroed by the host).
+extern "C" __global__ void __launch_bounds__(NUC_THREADS)
+    nucleus_hist(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
+                 const double* __restrict__ prm, int* __restrict__ hist) {
+    GRID_ENTER();
+    __shared__ int sh[NUC_BINS];
+    int row = blockIdx.y;
+    float m;
+    if (!nuc_row(top + (size_t)row * (2 * k + 6), k, prm + (size_t)row * DRAW_PARAMS, &m)) return;
+    for (int b = threadIdx.x; b < NUC_BINS; b += NUC_THREADS) sh[b] = 0;
+    __syncthreads();
+    const float* xr = x + (size_t)row * n_vocab;
+    for (int i = blockIdx.x * NUC_THREADS + threadIdx.x; i < n_vocab; i += gridDim.x * NUC_THREADS) {
+        int b = nuc_bin(m, xr[i]);
+        if (b < NUC_BINS) atomicAdd(&sh[b], 1);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < NUC_BINS; b += NUC_THREADS)
+        if (sh[b] != 0) atomicAdd(&hist[(size_t)row * NUC_BINS + b], sh[b]);
+}
+
+// Pass 2: same grid. Every block finds the last bin whose running count from the top stays
+// within NUC_CAP (-1: the first bin alone holds more), then appends the keys (top_key) of its
+// logits in those bins to keys[row * NUC_CAP ..], counted in count[row] (zeroed by the host).
+extern "C" __global__ void __launch_bounds__(NUC_THREADS)
+    nucleus_gather(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
+                   const double* __restrict__ prm, const int* __restrict__ hist,
+                   unsigned long long* __restrict__ keys, int* __restrict__ count) {
+    GRID_ENTER();
+    constexpr int PER = NUC_BINS / NUC_THREADS;
+    __shared__ int scan[NUC_THREADS];
+    __shared__ int s_end;
+    int row = blockIdx.y, t = threadIdx.x;
+    float m;
+    if (!nuc_row(top + (size_t)row * (2 * k + 6), k, prm + (size_t)row * DRAW_PARAMS, &m)) return;
+    const int* h = hist + (size_t)row * NUC_BINS;
+    int local[PER], sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        local[j] = h[t * PER + j];
+        sum += local[j];
+    }
+    scan[t] = sum;
+    if (t == 0) s_end = -1;
+    __syncthreads();
+    // Inclusive scan of the threads' sums (Hillis-Steele).
+    for (int o = 1; o < NUC_THREADS; o <<= 1) {
+        int v = t >= o ? scan[t - o] : 0;
+        __syncthreads();
+        scan[t] += v;
+        __syncthreads();
+    }
+    int run = scan[t] - sum, last = -1;
+#pragma unroll
+    for (int j = 0; j < PER; j++) {
+        run += local[j];
+        if (run <= NUC_CAP) last = t * PER + j;
+    }
+    if (last >= 0) atomicMax(&s_end, last);
+    __syncthreads();
+    int end = s_end;
+    if (end < 0) return;
+    const float* xr = x + (size_t)row * n_vocab;
+    for (int i = blockIdx.x * NUC_THREADS + t; i < n_vocab; i += gridDim.x * NUC_THREADS) {
+        float l = xr[i];
+        if (nuc_bin(m, l) <= end) {
+            int pos = atomicAdd(&count[row], 1);
+            if (pos < NUC_CAP) keys[(size_t)row * NUC_CAP + pos] = top_key((u32)i, l);
+        }
+    }
+}
+
+// Pass 3: one block of 1024 threads a row: the gathered keys sorted descending (bitonic, in
+// shared memory), out[row * (1 + 2 NUC_CAP) ..] = the count, then the ids, then the logits'
+// bits (read back from x). Rows without a nucleus get a count of 0.
+extern "C" __global__ void __launch_bounds__(1024)
+    nucleus_sort(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
+                 const double* __restrict__ prm, const unsigned long long* __restrict__ keys,
+                 const int* __restrict__ count, u32* __restrict__ out) {
+    GRID_ENTER();
+    __shared__ unsigned long long s[NUC_CAP];
+    int row = blockIdx.x, t = threadIdx.x;
+    u32* o = out + (size_t)row * (1 + 2 * NUC_CAP);
+    float m;
+    int n = 0;
+    if (nuc_row(top + (size_t)row * (2 * k + 6), k, prm + (size_t)row * DRAW_PARAMS, &m))
+        n = min(count[row], NUC_CAP);
+    for (int i = t; i < NUC_CAP; i += 1024) s[i] = i < n ? keys[(size_t)row * NUC_CAP + i] : 0ull;
+    __syncthreads();
+    for (int size = 2; size <= NUC_CAP; size <<= 1) {
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            for (int i = t; i < NUC_CAP; i += 1024) {
+                int j = i ^ stride;
+                if (j > i) {
+                    bool desc = (i & size) == 0;
+                    unsigned long long a = s[i], b = s[j];
+                    if (desc ? a < b : a > b) {
+                        s[i] = b;
+                        s[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    if (t == 0) o[0] = (u32)n;
+    const float* xr = x + (size_t)row * n_vocab;
+    for (int i = t; i < n; i += 1024) {
+        u32 id = 0xFFFFFFFFu - (u32)(s[i] & 0xFFFFFFFFull);
+        o[1 + i] = id;
+        o[1 + NUC_CAP + i] = __float_as_uint(xr[id]);
+    }
 }

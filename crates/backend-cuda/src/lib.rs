@@ -30,9 +30,9 @@ use cudarc::driver::{
     PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
-    residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
+    nucleus_len, residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
     AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary,
-    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, RowDraw, StepKey,
+    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, RowPick, StepKey,
     StepOut, Taps, WeightView,
 };
 
@@ -282,6 +282,9 @@ struct Kernels {
     logits_top_merge: CudaFunction,
     draw_leaves: CudaFunction,
     draw_pick: CudaFunction,
+    nucleus_hist: CudaFunction,
+    nucleus_gather: CudaFunction,
+    nucleus_sort: CudaFunction,
 }
 
 /// The logits reduction's buffers, grown on demand: pass 1's keys, statistics and counts,
@@ -308,13 +311,19 @@ struct TopScratch {
     keys: CudaSlice<u64>,
     stats: CudaSlice<f64>,
     counts: CudaSlice<i32>,
-    /// The merge's rows of `2k + 6` words, then one word a row for the drawn tokens.
+    /// The merge's rows of `2k + 6` words, then `PICK_WORDS` a row for the picks.
     out: CudaSlice<f32>,
     /// Whole-row draws: each row's parameters (`DRAW_PARAMS` f64s), its segments' sums and
     /// their last tokens of positive weight.
     draw_params: CudaSlice<f64>,
     draw_sums: CudaSlice<f64>,
     draw_last: CudaSlice<i32>,
+    /// Top-p candidates: the bin counts, the gathered keys and their count, and the sorted
+    /// prefix a row (`1 + 2 NUC_CAP` words: the count, the ids, the logits' bits).
+    nuc_hist: CudaSlice<i32>,
+    nuc_keys: CudaSlice<u64>,
+    nuc_count: CudaSlice<i32>,
+    nuc_out: CudaSlice<u32>,
 }
 
 /// Options of the CUDA backend.
@@ -762,6 +771,9 @@ impl CudaBackend {
             logits_top_merge: f("logits_top_merge")?,
             draw_leaves: f("draw_leaves")?,
             draw_pick: f("draw_pick")?,
+            nucleus_hist: f("nucleus_hist")?,
+            nucleus_gather: f("nucleus_gather")?,
+            nucleus_sort: f("nucleus_sort")?,
         };
         // The tensor-core path needs cuBLAS; without it (or when deterministic) every matmul
         // uses the kernels above.
@@ -1111,7 +1123,7 @@ impl CudaBackend {
         &self,
         logits: &CudaTensor,
         k: usize,
-        draws: &[Option<RowDraw>],
+        picks: &[Option<RowPick>],
     ) -> Option<Vec<LogitsSummary>> {
         let (rows, v) = (logits.rows, logits.cols);
         let (nb, chunk) = plan::top_blocks(v, k)?;
@@ -1121,8 +1133,8 @@ impl CudaBackend {
         if rows == 0 {
             return Some(Vec::new());
         }
-        let drawing = draws.iter().any(Option::is_some);
-        if drawing && (draws.len() != rows || !plan::draw_fits(v)) {
+        let picking = picks.iter().any(Option::is_some);
+        if picking && (picks.len() != rows || !plan::draw_fits(v)) {
             return None;
         }
         let words = 2 * k + 6;
@@ -1132,10 +1144,14 @@ impl CudaBackend {
             t.keys.len() >= rows * nb * k
                 && t.stats.len() >= rows * nb * 3
                 && t.counts.len() >= rows * nb * 3
-                && t.out.len() >= rows * (words + 1)
+                && t.out.len() >= rows * (words + plan::PICK_WORDS)
                 && t.draw_params.len() >= rows * plan::DRAW_PARAMS
                 && t.draw_sums.len() >= rows * nseg
                 && t.draw_last.len() >= rows * nseg
+                && t.nuc_hist.len() >= rows * plan::NUC_BINS
+                && t.nuc_keys.len() >= rows * plan::NUC_CAP
+                && t.nuc_count.len() >= rows
+                && t.nuc_out.len() >= rows * plan::nuc_words()
         });
         if !fits {
             let alloc = || -> Result<TopScratch, cudarc::driver::DriverError> {
@@ -1143,10 +1159,16 @@ impl CudaBackend {
                     keys: self.stream.alloc_zeros::<u64>(rows * nb * k)?,
                     stats: self.stream.alloc_zeros::<f64>(rows * nb * 3)?,
                     counts: self.stream.alloc_zeros::<i32>(rows * nb * 3)?,
-                    out: self.stream.alloc_zeros::<f32>(rows * (words + 1))?,
+                    out: self
+                        .stream
+                        .alloc_zeros::<f32>(rows * (words + plan::PICK_WORDS))?,
                     draw_params: self.stream.alloc_zeros::<f64>(rows * plan::DRAW_PARAMS)?,
                     draw_sums: self.stream.alloc_zeros::<f64>(rows * nseg)?,
                     draw_last: self.stream.alloc_zeros::<i32>(rows * nseg)?,
+                    nuc_hist: self.stream.alloc_zeros::<i32>(rows * plan::NUC_BINS)?,
+                    nuc_keys: self.stream.alloc_zeros::<u64>(rows * plan::NUC_CAP)?,
+                    nuc_count: self.stream.alloc_zeros::<i32>(rows)?,
+                    nuc_out: self.stream.alloc_zeros::<u32>(rows * plan::nuc_words())?,
                 })
             };
             *scratch = Some(alloc().unwrap_or_else(|e| device_failure("logits_top", e)));
@@ -1187,17 +1209,36 @@ impl CudaBackend {
         // SAFETY: as above; out holds rows * (2k + 6) words, k <= TOP_MAX_K (the merge's
         // shared array) and nb * k <= TOP_THREADS * TOP_PER keys a row.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("logits_top_merge", e));
-        if drawing {
-            self.draw_on_device(logits, k, draws, t);
+        let nuclei = picks.iter().any(|p| matches!(p, Some(RowPick::Nucleus(_))));
+        if picking {
+            self.pick_on_device(logits, k, picks, t);
         }
+        if nuclei {
+            self.nuclei_on_device(logits, k, t);
+        }
+        let nuc_host = if nuclei {
+            let view = t.nuc_out.slice(..rows * plan::nuc_words());
+            self.stream
+                .clone_dtoh(&view)
+                .unwrap_or_else(|e| device_failure("top-p candidates", e))
+        } else {
+            Vec::new()
+        };
         // The words are u32 bit patterns in an f32 buffer: copies move bits, never values.
-        let n_words = rows * words + if drawing { rows } else { 0 };
+        let n_words = rows * words + if picking { rows * plan::PICK_WORDS } else { 0 };
         let host = self.host_f32("logits_top", &t.out, n_words);
         self.mark("logits_top");
-        let drawn = |r: usize| {
-            host.get(rows * words + r)
+        let pick_word = |r: usize, i: usize| {
+            host.get(rows * words + r * plan::PICK_WORDS + i)
+                .filter(|_| picking)
                 .map(|w| w.to_bits())
-                .filter(|&t| drawing && (t as usize) < v)
+        };
+        let drawn = |r: usize| pick_word(r, 0).filter(|&t| (t as usize) < v);
+        let total = |r: usize| match (pick_word(r, 1), pick_word(r, 2)) {
+            (Some(lo), Some(hi)) if (lo, hi) != (u32::MAX, u32::MAX) => {
+                Some(f64::from_bits(u64::from(lo) | u64::from(hi) << 32))
+            }
+            _ => None,
         };
         Some(
             host[..rows * words]
@@ -1226,28 +1267,129 @@ impl CudaBackend {
                             .then(|| (bits(2 * k + 2), f32::from_bits(bits(2 * k + 3)))),
                         entropy,
                         drawn: drawn(r),
+                        total: total(r),
+                        nucleus: None,
+                        row: None,
                     }
                 })
-                .collect(),
+                .collect::<Vec<_>>(),
         )
+        .map(|mut rows_out| {
+            // Top-p: the gathered prefix when it holds the nucleus, else the row.
+            for (r, s) in rows_out.iter_mut().enumerate() {
+                if let (Some(Some(RowPick::Nucleus(p))), Some(total)) = (picks.get(r), s.total) {
+                    let prefix = plan::nuc_prefix(&nuc_host, r);
+                    if prefix
+                        .as_ref()
+                        .is_some_and(|pre| nucleus_len(pre, total, *p).is_some())
+                    {
+                        s.nucleus = prefix;
+                    } else {
+                        s.row = Some(self.host_row(logits, r));
+                    }
+                }
+            }
+            rows_out
+        })
     }
 
-    /// The whole-row draws of `draws` (one entry a row) from `logits`, after the top
-    /// reduction (whose first value is each row's max): each drawn token to the word after
-    /// the merge's rows in `t.out` (`u32::MAX` for a row without a draw).
-    fn draw_on_device(
+    /// The top-p candidates of the rows whose parameters ask for a total alone
+    /// (`RowPick::Nucleus`, staged by `pick_on_device`): bin counts, the keys of the bins
+    /// from the top within NUC_CAP, sorted, into `t.nuc_out`.
+    fn nuclei_on_device(&self, logits: &CudaTensor, k: usize, t: &mut TopScratch) {
+        let (rows, v) = (logits.rows, logits.cols);
+        let (vi, ki) = (v as i32, k as i32);
+        let words = 2 * k + 6;
+        let zero = |what: &str, r: Result<(), cudarc::driver::DriverError>| {
+            r.unwrap_or_else(|e| device_failure(what, e))
+        };
+        zero(
+            "top-p bins",
+            self.stream
+                .memset_zeros(&mut t.nuc_hist.slice_mut(..rows * plan::NUC_BINS)),
+        );
+        zero(
+            "top-p count",
+            self.stream.memset_zeros(&mut t.nuc_count.slice_mut(..rows)),
+        );
+        let top_words = t.out.slice(..rows * words);
+        let grid = (plan::nuc_blocks(v) as u32, rows as u32, 1);
+        let mut b = self.stream.launch_builder(&self.k.nucleus_hist);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&top_words)
+            .arg(&ki)
+            .arg(&t.draw_params)
+            .arg(&mut t.nuc_hist);
+        let cfg = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (plan::NUC_THREADS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: logits holds rows * v floats, the merge's words rows * (2k + 6), the
+        // parameters rows * DRAW_PARAMS, the bins rows * NUC_BINS (checked by the caller).
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("nucleus_hist", e));
+        let mut b = self.stream.launch_builder(&self.k.nucleus_gather);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&top_words)
+            .arg(&ki)
+            .arg(&t.draw_params)
+            .arg(&t.nuc_hist)
+            .arg(&mut t.nuc_keys)
+            .arg(&mut t.nuc_count);
+        // SAFETY: as above; the keys hold rows * NUC_CAP, and the kernel gathers only bins
+        // whose running count stays within NUC_CAP.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("nucleus_gather", e));
+        let mut b = self.stream.launch_builder(&self.k.nucleus_sort);
+        b.arg(logits.buf())
+            .arg(&vi)
+            .arg(&top_words)
+            .arg(&ki)
+            .arg(&t.draw_params)
+            .arg(&t.nuc_keys)
+            .arg(&t.nuc_count)
+            .arg(&mut t.nuc_out);
+        let cfg = LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: as above; the output holds rows * (1 + 2 NUC_CAP) words.
+        unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("nucleus_sort", e));
+    }
+
+    /// Row `r` of `logits` on the host.
+    fn host_row(&self, logits: &CudaTensor, r: usize) -> Vec<f32> {
+        let v = logits.cols;
+        let view = logits.buf().slice(r * v..(r + 1) * v);
+        self.stream
+            .clone_dtoh(&view)
+            .unwrap_or_else(|e| device_failure("logits row", e))
+    }
+
+    /// The whole-row picks of `picks` (one entry a row) from `logits`, after the top
+    /// reduction (whose first value is each row's max): each row's `PICK_WORDS` after the
+    /// merge's rows in `t.out`: the drawn token (`u32::MAX`: none), the total weight's halves
+    /// (`u32::MAX` twice: none).
+    fn pick_on_device(
         &self,
         logits: &CudaTensor,
         k: usize,
-        draws: &[Option<RowDraw>],
+        picks: &[Option<RowPick>],
         t: &mut TopScratch,
     ) {
         let (rows, v) = (logits.rows, logits.cols);
         let words = 2 * k + 6;
-        let params: Vec<f64> = draws
+        let params: Vec<f64> = picks
             .iter()
             .flat_map(|d| match d {
-                Some(d) => [f64::from(d.temperature), d.ln_min_p, d.u],
+                // u clamped as draw_row takes it, so a negative u is only ever the flag below.
+                Some(RowPick::Draw(d)) => {
+                    [f64::from(d.temperature), d.ln_min_p, d.u.clamp(0.0, 1.0)]
+                }
+                // The total at temperature 1 without min-p: the draw's tree, no walk.
+                Some(RowPick::Nucleus(_)) => [1.0, f64::NEG_INFINITY, -1.0],
                 None => [0.0; plan::DRAW_PARAMS],
             })
             .collect();
@@ -1289,7 +1431,7 @@ impl CudaBackend {
             block_dim: (1024, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: as above; `drawn` holds a word a row, and v <= 32^4 tokens (plan::draw_fits)
+        // SAFETY: as above; `drawn` holds PICK_WORDS a row, and v <= 32^4 tokens (plan::draw_fits)
         // keeps the levels above the segments within the kernel's shared array.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("draw_pick", e));
     }
@@ -2311,13 +2453,13 @@ impl Backend for CudaBackend {
     }
 
     fn logits_out(&self, logits: &CudaTensor, out: LogitsOut<'_>) -> Result<StepOut, BackendError> {
-        let (k, draws) = match out {
+        let (k, picks) = match out {
             LogitsOut::Full => (0, &[][..]),
             LogitsOut::Top(k) => (k, &[][..]),
-            LogitsOut::TopDraw(k, draws) => (k, draws),
+            LogitsOut::TopPick(k, picks) => (k, picks),
         };
         if k > 0 {
-            if let Some(rows) = self.top_on_device(logits, k, draws) {
+            if let Some(rows) = self.top_on_device(logits, k, picks) {
                 return Ok(StepOut::Top(rows));
             }
         }
@@ -3817,6 +3959,19 @@ mod tests {
             // Levels above the segments of 32^4 tokens: 1024 + 32 + 1 nodes.
             assert!(KERNEL_SOURCE.contains("#define DRAW_MAX_UPPER 1024\n"));
             assert!(plan::draw_fits(32usize.pow(4)) && !plan::draw_fits(32usize.pow(4) + 1));
+            for (define, v) in [
+                ("NUC_BINS", plan::NUC_BINS),
+                ("NUC_CAP", plan::NUC_CAP),
+                ("NUC_THREADS", plan::NUC_THREADS),
+            ] {
+                assert!(
+                    KERNEL_SOURCE.contains(&format!("#define {define} {v}\n")),
+                    "{define}"
+                );
+            }
+            // The sort's block: two keys a thread.
+            assert_eq!(plan::NUC_CAP, 2 * 1024);
+            assert_eq!(plan::NUC_BINS % plan::NUC_THREADS, 0);
         }
         // The attention kernel's 128 threads hold at most 4 output elements each.
         assert!(KERNEL_SOURCE.contains("#define ATT_MAX_D 4"));

@@ -691,6 +691,37 @@ const TOP_CHUNK: usize = 2048;
 pub const DRAW_FANOUT: usize = lockstep_graph::DRAW_FANOUT;
 pub const DRAW_PARAMS: usize = 3;
 pub const DRAW_LEAF_WARPS: usize = 8;
+/// Words a row's picks take after the top reduction's rows: the drawn token, the total's
+/// two halves (`draw_pick`).
+pub const PICK_WORDS: usize = 3;
+
+/// Top-p candidates (kernels.cu `nucleus_hist` / `_gather` / `_sort`): bins of the logits
+/// near the max, the most candidates a row gathers, the threads of the first two passes.
+pub const NUC_BINS: usize = 2048;
+pub const NUC_CAP: usize = 2048;
+pub const NUC_THREADS: usize = 256;
+
+/// Words of a row's sorted candidates: the count, the ids, the logits' bits.
+pub fn nuc_words() -> usize {
+    1 + 2 * NUC_CAP
+}
+
+/// Blocks a row of `n_vocab` logits takes in the first two passes (a few thousand logits a
+/// block, at most 64).
+pub fn nuc_blocks(n_vocab: usize) -> usize {
+    n_vocab.div_ceil(NUC_THREADS * 16).clamp(1, 64)
+}
+
+/// Row `r`'s sorted candidates from `nucleus_sort`'s words: `None` when it gathered none.
+pub fn nuc_prefix(words: &[u32], r: usize) -> Option<Vec<(u32, f32)>> {
+    let w = words.get(r * nuc_words()..(r + 1) * nuc_words())?;
+    let n = (*w.first()? as usize).min(NUC_CAP);
+    (n > 0).then(|| {
+        (0..n)
+            .map(|i| (w[1 + i], f32::from_bits(w[1 + NUC_CAP + i])))
+            .collect()
+    })
+}
 
 /// Whether the device draws from rows of `n_vocab` logits: `draw_pick` holds the levels above
 /// the segments in shared memory, which fits vocabularies up to 32^4 tokens.
@@ -1128,6 +1159,24 @@ mod tests {
         }
         // Every fast type is a supported type.
         assert!(FAST.iter().all(|t| SUPPORTED.contains(t)));
+    }
+
+    #[test]
+    fn nucleus_words_parse() {
+        let mut w = vec![0u32; 2 * nuc_words()];
+        // Row 1: two candidates.
+        let r1 = nuc_words();
+        w[r1] = 2;
+        w[r1 + 1] = 7;
+        w[r1 + 2] = 3;
+        w[r1 + 1 + NUC_CAP] = 2.5f32.to_bits();
+        w[r1 + 2 + NUC_CAP] = (-1.0f32).to_bits();
+        assert_eq!(nuc_prefix(&w, 0), None);
+        assert_eq!(nuc_prefix(&w, 1), Some(vec![(7, 2.5), (3, -1.0)]));
+        assert_eq!(nuc_prefix(&w, 2), None);
+        assert_eq!(nuc_blocks(1), 1);
+        assert_eq!(nuc_blocks(262144), 64);
+        assert_eq!(nuc_blocks(49152), 12);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockstep_graph::taps::Recorder;
-use lockstep_graph::{Backend, LogitsSummary, Taps};
+use lockstep_graph::{Backend, LogitsSummary, RowPick, Taps};
 use lockstep_sampling::{
     FinishReason, ParamError, Sampler, SamplingError, SamplingParams, StopChecker,
 };
@@ -55,21 +55,67 @@ pub struct GenerateOptions {
     pub full_logits: bool,
 }
 
-/// A step's next-token logits: the whole row, or its summary (with the token drawn from the
-/// whole row when the step was asked to draw).
+/// A step's next-token logits: the whole row, or its summary (with what the step was asked
+/// of the whole row: a drawn token, or its total weight and, if the nucleus needs it, the row).
 enum NextLogits {
     Full(Vec<f32>),
     Top(LogitsSummary),
-    Drawn(LogitsSummary),
 }
 
-/// What a step hands back for the sampler: the whole row, its `k` largest logits, or (a
-/// whole-row draw, `Sampler::row_draw_needed`) the token drawn where the row was computed.
+/// What a step hands back for the sampler: the whole row, or its `k` largest logits with
+/// what the sampler needs of the rest ([`wanted`]).
 #[derive(Clone, Copy)]
 enum Want {
     Full,
     Top(usize),
+    /// A whole-row draw (`Sampler::row_draw_needed`).
     Draw,
+    /// Top-p without top-k (`Sampler::nucleus_needed`).
+    Nucleus(f32),
+}
+
+/// What `sampler` needs from a step's row (`full_logits`: the whole row, always).
+fn wanted(sampler: &Sampler, vocab: usize, full_logits: bool) -> Want {
+    if full_logits {
+        Want::Full
+    } else if let Some(k) = sampler.top_needed(vocab) {
+        Want::Top(k)
+    } else if sampler.row_draw_needed(vocab) {
+        Want::Draw
+    } else if sampler.nucleus_needed(vocab) {
+        Want::Nucleus(sampler.params().top_p)
+    } else {
+        Want::Full
+    }
+}
+
+/// The next token from a row's summary, as `sampler.sample` would give it on the row: from
+/// the row when the summary carries it, the backend's draw, the nucleus within the summary's
+/// largest logits, or those logits alone (the summary was made for what this sampler needs:
+/// `top_needed`, `row_draw_needed` after `begin_row_draw`, or `nucleus_needed`).
+pub(crate) fn sample_summary(
+    sampler: &mut Sampler,
+    s: &LogitsSummary,
+    history: &[u32],
+) -> Result<u32, SamplingError> {
+    let n = s.n_vocab;
+    if let Some(row) = &s.row {
+        return sampler.sample(row, history);
+    }
+    if sampler.row_draw_needed(n) {
+        return sampler.finish_row_draw(s.drawn, n, s.first_non_finite);
+    }
+    if sampler.nucleus_needed(n) {
+        let total = s.total.unwrap_or(f64::NAN);
+        let prefix = s.nucleus.as_deref().unwrap_or(&s.top);
+        return sampler
+            .sample_from_nucleus(prefix, total, n, s.first_non_finite)?
+            .ok_or(SamplingError::TooFewCandidates {
+                given: s.top.len(),
+                needed: None,
+            });
+    }
+    sampler.sample_from_top(&s.top, n, s.first_non_finite)
 }
 
 /// One forward step of `seq`, with the watch-mode taps handed to the monitor.
@@ -88,8 +134,21 @@ fn step<B: Backend>(
             Want::Full => NextLogits::Full(engine.forward_one(seq, tokens, taps)?),
             Want::Draw => {
                 let d = sampler.begin_row_draw();
-                NextLogits::Drawn(engine.forward_one_top_draw(seq, tokens, taps, 1, Some(d))?)
+                NextLogits::Top(engine.forward_one_top_pick(
+                    seq,
+                    tokens,
+                    taps,
+                    1,
+                    Some(RowPick::Draw(d)),
+                )?)
             }
+            Want::Nucleus(p) => NextLogits::Top(engine.forward_one_top_pick(
+                seq,
+                tokens,
+                taps,
+                1,
+                Some(RowPick::Nucleus(p)),
+            )?),
         })
     };
     if monitor.config().enabled && monitor.config().watch {
@@ -138,16 +197,7 @@ pub fn generate_with<B: Backend>(
     let seq = engine.new_sequence();
     let result = (|| {
         let t0 = Instant::now();
-        let vocab = engine.n_vocab();
-        let want = if opts.full_logits {
-            Want::Full
-        } else if let Some(k) = sampler.top_needed(vocab) {
-            Want::Top(k)
-        } else if sampler.row_draw_needed(vocab) {
-            Want::Draw
-        } else {
-            Want::Full
-        };
+        let want = wanted(&sampler, engine.n_vocab(), opts.full_logits);
         let mut logits = step(engine, seq, prompt, &mut monitor, 0, want, &mut sampler)?;
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
@@ -164,11 +214,7 @@ pub fn generate_with<B: Backend>(
                 }
                 NextLogits::Top(s) => {
                     monitor.observe_summary(ids.len(), s);
-                    sampler.sample_from_top(&s.top, s.n_vocab, s.first_non_finite)
-                }
-                NextLogits::Drawn(s) => {
-                    monitor.observe_summary(ids.len(), s);
-                    sampler.finish_row_draw(s.drawn, s.n_vocab, s.first_non_finite)
+                    sample_summary(&mut sampler, s, &history)
                 }
             };
             let id = match chosen {

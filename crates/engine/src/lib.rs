@@ -13,7 +13,7 @@ pub mod scheduler;
 use std::collections::BTreeMap;
 
 use lockstep_graph::{
-    Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, RowDraw, StepOut, Taps,
+    Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, RowPick, StepOut, Taps,
 };
 use lockstep_models::{forward, Model, ModelError};
 
@@ -280,22 +280,22 @@ impl<B: Backend> Engine<B> {
         taps: &mut Taps<'_>,
         k: usize,
     ) -> Result<Vec<Vec<LogitsSummary>>, EngineError> {
-        self.forward_top_draw(inputs, taps, k, &[])
+        self.forward_top_pick(inputs, taps, k, &[])
     }
 
-    /// [`forward_top`](Self::forward_top), and for each output row whose entry of `draws` is
-    /// `Some` (one entry per output row, the inputs' rows in order, or none at all) the token
-    /// drawn from the whole row ([`LogitsSummary::drawn`]): temperature sampling without top-k
-    /// or top-p, made where the row was computed, so on a GPU only the token crosses.
-    pub fn forward_top_draw(
+    /// [`forward_top`](Self::forward_top), and for each output row whose entry of `picks` is
+    /// `Some` (one entry per output row, the inputs' rows in order, or none at all) what it
+    /// asks of the whole row ([`RowPick`]: a token drawn from it, or its total weight for
+    /// top-p), made where the row was computed, so on a GPU the row need not cross.
+    pub fn forward_top_pick(
         &mut self,
         inputs: &[SeqInput<'_>],
         taps: &mut Taps<'_>,
         k: usize,
-        draws: &[Option<RowDraw>],
+        picks: &[Option<RowPick>],
     ) -> Result<Vec<Vec<LogitsSummary>>, EngineError> {
-        let out = if draws.iter().any(Option::is_some) {
-            LogitsOut::TopDraw(k.max(1), draws)
+        let out = if picks.iter().any(Option::is_some) {
+            LogitsOut::TopPick(k.max(1), picks)
         } else {
             LogitsOut::Top(k.max(1))
         };
@@ -464,20 +464,20 @@ impl<B: Backend> Engine<B> {
         taps: &mut Taps<'_>,
         k: usize,
     ) -> Result<LogitsSummary, EngineError> {
-        self.forward_one_top_draw(seq, tokens, taps, k, None)
+        self.forward_one_top_pick(seq, tokens, taps, k, None)
     }
 
-    /// [`forward_one_top`](Self::forward_one_top), with the token drawn from the whole row
-    /// when `draw` is given (see [`forward_top_draw`](Self::forward_top_draw)).
-    pub fn forward_one_top_draw(
+    /// [`forward_one_top`](Self::forward_one_top), with what `pick` asks of the whole row
+    /// (see [`forward_top_pick`](Self::forward_top_pick)).
+    pub fn forward_one_top_pick(
         &mut self,
         seq: SeqId,
         tokens: &[u32],
         taps: &mut Taps<'_>,
         k: usize,
-        draw: Option<RowDraw>,
+        pick: Option<RowPick>,
     ) -> Result<LogitsSummary, EngineError> {
-        let mut out = self.forward_top_draw(
+        let mut out = self.forward_top_pick(
             &[SeqInput {
                 seq,
                 tokens,
@@ -486,7 +486,7 @@ impl<B: Backend> Engine<B> {
             }],
             taps,
             k,
-            &[draw],
+            &[pick],
         )?;
         let Some(row) = out.pop().and_then(|mut rows| rows.pop()) else {
             unreachable!("a step with one output row returns one summary")

@@ -25,10 +25,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use lockstep_graph::{Backend, HostTensor, LogitsSummary, RowDraw, Taps};
+use lockstep_graph::{Backend, HostTensor, LogitsSummary, RowPick, Taps};
 use lockstep_sampling::{FinishReason, ParamError, Sampler, SamplingParams, StopChecker};
 use lockstep_tokenizer::{StreamDecoder, Tokenizer};
 
+use crate::generate::sample_summary;
 use crate::monitor::{Monitor, MonitorConfig, MonitorWarning};
 use crate::{Engine, Logits, SeqId, SeqInput};
 
@@ -158,10 +159,14 @@ pub struct SchedulerStats {
     pub prefix_blocks_queried: u64,
     pub prefix_blocks_hit: u64,
     /// Sampled rows by how their logits reached the sampler: whole, reduced to their largest
-    /// logits, or as the token the backend drew from the whole row.
+    /// logits, or reduced with what the sampler needed of the rest made where the row was
+    /// computed (`RowPick`: a drawn token, or the total weight for top-p).
     pub rows_full: u64,
     pub rows_reduced: u64,
-    pub rows_drawn: u64,
+    pub rows_picked: u64,
+    /// Of the picked top-p rows, those whose nucleus reached past the largest logits, so the
+    /// row itself crossed.
+    pub nucleus_rows_copied: u64,
     /// Seconds spent in forward passes, and in whole steps (scheduling, sampling, logprobs,
     /// monitors and stream decoding included).
     pub forward_seconds: f64,
@@ -484,16 +489,19 @@ impl<B: Backend> Scheduler<B> {
 
     fn run_step(&mut self, plan: &[usize], events: &mut Vec<(RequestId, Event)>) {
         // The rows go to the host reduced to their largest logits when every request that
-        // samples this step needs no more (`Sampler::top_needed`: no penalties, logit bias,
-        // logprobs or captured logits), or a token drawn from its whole row
-        // (`Sampler::row_draw_needed`: temperature sampling without top-k or top-p, which the
-        // backend draws where it computed the row); on a GPU that is a few hundred bytes a row
+        // samples this step needs no more (no logit bias, logprobs or captured logits, and
+        // `Sampler::top_needed`: greedy or top-k without penalties), or needs of the rest of
+        // the row only what the backend can make where it computed it (`RowPick`: a token
+        // drawn from the whole row for temperature sampling without top-k or top-p, the row's
+        // total weight for top-p without top-k); on a GPU that is a few hundred bytes a row
         // instead of the vocabulary. The rows that sample are those that end their prompt.
         let vocab = self.engine.n_vocab();
         let full_logits = self.full_logits;
         let samples =
             |n: usize, a: &Active| a.seq.is_some() && n > 0 && a.computed + n == a.history.len();
-        let wants: Option<Vec<Option<usize>>> = plan
+        // Per sampling row, the largest logits it needs and what it asks of the rest of the
+        // row; `None` for the step: some row needs its whole row.
+        let wants: Option<Vec<(usize, Option<Pick>)>> = plan
             .iter()
             .zip(&self.running)
             .filter(|&(&n, a)| samples(n, a))
@@ -504,20 +512,30 @@ impl<B: Backend> Scheduler<B> {
                 if !plain || full_logits {
                     return None;
                 }
-                // Some(Some(k)): the k largest; Some(None): a whole-row draw.
-                match a.sampler.top_needed(vocab) {
-                    Some(k) => Some(Some(k)),
-                    None => a.sampler.row_draw_needed(vocab).then_some(None),
+                let s = &a.sampler;
+                if let Some(k) = s.top_needed(vocab) {
+                    Some((k, None))
+                } else if s.row_draw_needed(vocab) {
+                    Some((1, Some(Pick::Draw)))
+                } else if s.nucleus_needed(vocab) {
+                    Some((1, Some(Pick::Nucleus(s.params().top_p))))
+                } else {
+                    None
                 }
             })
             .collect();
-        let draws: Vec<Option<RowDraw>> = match &wants {
-            Some(w) if w.iter().any(Option::is_none) => plan
+        // The draws take their random values now (given back if the row turns out bad).
+        let picks: Vec<Option<RowPick>> = match &wants {
+            Some(w) if w.iter().any(|(_, p)| p.is_some()) => plan
                 .iter()
                 .zip(self.running.iter_mut())
                 .filter(|(&n, a)| samples(n, a))
                 .zip(w)
-                .map(|((_, a), want)| want.is_none().then(|| a.sampler.begin_row_draw()))
+                .map(|((_, a), (_, want))| match want {
+                    Some(Pick::Draw) => Some(RowPick::Draw(a.sampler.begin_row_draw())),
+                    Some(Pick::Nucleus(p)) => Some(RowPick::Nucleus(*p)),
+                    None => None,
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -546,21 +564,21 @@ impl<B: Backend> Scheduler<B> {
             .zip(&self.running)
             .filter(|&(&n, a)| samples(n, a))
             .count() as u64;
-        let n_drawn = draws.iter().flatten().count() as u64;
+        let n_picked = picks.iter().flatten().count() as u64;
         match wants {
             Some(_) => {
-                self.stats.rows_drawn += n_drawn;
-                self.stats.rows_reduced += n_rows - n_drawn;
+                self.stats.rows_picked += n_picked;
+                self.stats.rows_reduced += n_rows - n_picked;
             }
             None => self.stats.rows_full += n_rows,
         }
-        let top = wants.map(|w| w.into_iter().flatten().fold(1, usize::max));
+        let top = wants.map(|w| w.into_iter().map(|(k, _)| k).fold(1, usize::max));
         self.stats.steps += 1;
         let t0 = std::time::Instant::now();
         let result = match top {
             Some(k) => self
                 .engine
-                .forward_top_draw(&inputs, &mut Taps::none(), k, &draws)
+                .forward_top_pick(&inputs, &mut Taps::none(), k, &picks)
                 .map(|rows| rows.into_iter().map(StepRows::Top).collect::<Vec<_>>()),
             None => self
                 .engine
@@ -595,7 +613,12 @@ impl<B: Backend> Scheduler<B> {
             a.computed += n;
             let row = match &row {
                 StepRows::Full(t) if !t.data.is_empty() => RowLogits::Full(&t.data),
-                StepRows::Top(rows) if !rows.is_empty() => RowLogits::Top(&rows[0]),
+                StepRows::Top(rows) if !rows.is_empty() => {
+                    if rows[0].row.is_some() {
+                        self.stats.nucleus_rows_copied += 1;
+                    }
+                    RowLogits::Top(&rows[0])
+                }
                 _ => continue,
             };
             let sampled = sample_one(a, row, &self.tokenizer, self.max_len);
@@ -628,6 +651,12 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
+/// What a sampling row asks of the rest of its row (`RowPick` before its random value).
+enum Pick {
+    Draw,
+    Nucleus(f32),
+}
+
 /// One step's output rows of one request.
 enum StepRows {
     Full(HostTensor),
@@ -651,16 +680,9 @@ fn sample_one(
 ) -> Result<(Event, Option<Finished>), String> {
     let step = a.n_generated;
     let chosen = match logits {
-        RowLogits::Top(s) if a.sampler.top_needed(s.n_vocab).is_none() => {
-            // The backend drew from the whole row (`Sampler::row_draw_needed`).
-            a.monitor.observe_summary(step, s);
-            a.sampler
-                .finish_row_draw(s.drawn, s.n_vocab, s.first_non_finite)
-        }
         RowLogits::Top(s) => {
             a.monitor.observe_summary(step, s);
-            a.sampler
-                .sample_from_top(&s.top, s.n_vocab, s.first_non_finite)
+            sample_summary(&mut a.sampler, s, &a.history)
         }
         RowLogits::Full(logits) => {
             a.monitor.observe_logits(step, logits);

@@ -9,7 +9,7 @@ use lockstep_engine::{
     generate_with, EngineConfig, GenerateOptions, Logits, LogitsSummary, SamplingParams, SeqInput,
 };
 use lockstep_gguf::GgufFile;
-use lockstep_graph::{draw_row, RowDraw, Taps};
+use lockstep_graph::{draw_row, nucleus_len, nucleus_prefix, row_total, RowDraw, RowPick, Taps};
 use lockstep_tokenizer::Tokenizer;
 
 fn model() -> std::path::PathBuf {
@@ -88,6 +88,10 @@ fn generation_from_summaries_is_generation_from_full_rows() {
         // Whole-row draws (no top-k, no top-p): the backend draws.
         (1.0, 0, 1.0, 0.0),
         (0.6, 0, 1.0, 0.05),
+        // Top-p without top-k: the row's total beside its largest logits (the row itself
+        // when the nucleus reaches past them: tiny-llama's rows are flat).
+        (1.0, 0, 0.9, 0.0),
+        (0.8, 0, 0.2, 0.05),
     ];
     for (ci, &(temperature, top_k, top_p, min_p)) in cases.iter().enumerate() {
         let params = SamplingParams {
@@ -117,9 +121,9 @@ fn generation_from_summaries_is_generation_from_full_rows() {
 }
 
 #[test]
-fn summaries_carry_the_draw_from_the_full_row() {
+fn summaries_carry_the_picks_from_the_full_rows() {
     let mut e = ref_engine(&model(), EngineConfig::default());
-    let prompt = [1u32, 15, 27, 99, 4];
+    let prompt = [1u32, 15, 27, 99, 4, 8];
     let a = e.new_sequence();
     let full = e
         .forward(
@@ -134,10 +138,13 @@ fn summaries_carry_the_draw_from_the_full_row() {
         .expect("forward");
     e.free_sequence(a);
     let a = e.new_sequence();
-    // A draw for every row but the second, at spread temperatures and uniforms.
-    let draws: Vec<Option<RowDraw>> = (0..prompt.len())
-        .map(|r| {
-            (r != 1).then_some(RowDraw {
+    // Draws at spread temperatures and uniforms, nuclei small and large, one row without.
+    let picks: Vec<Option<RowPick>> = (0..prompt.len())
+        .map(|r| match r {
+            1 => None,
+            4 => Some(RowPick::Nucleus(0.05)),
+            5 => Some(RowPick::Nucleus(0.95)),
+            _ => Some(RowPick::Draw(RowDraw {
                 temperature: 0.5 + r as f32 * 0.4,
                 ln_min_p: if r == 3 {
                     0.05f64.ln()
@@ -145,11 +152,12 @@ fn summaries_carry_the_draw_from_the_full_row() {
                     f64::NEG_INFINITY
                 },
                 u: (r as f64 * 0.23 + 0.11).fract(),
-            })
+            })),
         })
         .collect();
+    let k = 8;
     let top = e
-        .forward_top_draw(
+        .forward_top_pick(
             &[SeqInput {
                 seq: a,
                 tokens: &prompt[..],
@@ -157,17 +165,40 @@ fn summaries_carry_the_draw_from_the_full_row() {
                 mask: None,
             }],
             &mut Taps::none(),
-            3,
-            &draws,
+            k,
+            &picks,
         )
-        .expect("forward_top_draw");
+        .expect("forward_top_pick");
     let mut distinct = std::collections::BTreeSet::new();
     for (r, s) in top[0].iter().enumerate() {
-        assert_eq!(s.top, LogitsSummary::of_row(full[0].row(r), 3).top);
-        let want = draws[r].and_then(|d| draw_row(full[0].row(r), &d));
-        assert_eq!(s.drawn, want, "row {r}");
-        assert_eq!(s.drawn.is_some(), r != 1);
-        distinct.extend(s.drawn);
+        let row = full[0].row(r);
+        assert_eq!(s.top, LogitsSummary::of_row(row, k).top);
+        match picks[r] {
+            Some(RowPick::Draw(d)) => {
+                assert_eq!(s.drawn, draw_row(row, &d), "row {r}");
+                assert!(s.drawn.is_some());
+                distinct.extend(s.drawn);
+            }
+            Some(RowPick::Nucleus(p)) => {
+                let total = row_total(row).expect("finite");
+                assert_eq!(s.total.map(f64::to_bits), Some(total.to_bits()));
+                // The host's reduction hands back the nucleus itself.
+                let nucleus = s.nucleus.as_deref().expect("a nucleus");
+                assert_eq!(Some(nucleus.to_vec()), nucleus_prefix(row, p));
+                assert_eq!(nucleus_len(nucleus, total, p), Some(nucleus.len()));
+                assert_eq!(&LogitsSummary::of_row(row, nucleus.len()).top, nucleus);
+                assert!(s.row.is_none());
+                if p < 0.5 {
+                    assert!(nucleus.len() < 8, "row {r}: {}", nucleus.len());
+                } else {
+                    assert!(nucleus.len() > 8, "row {r}: {}", nucleus.len());
+                }
+            }
+            None => assert_eq!(
+                (s.drawn, s.total, s.nucleus.is_some(), s.row.is_some()),
+                (None, None, false, false)
+            ),
+        }
     }
     // Not the argmax every time: the draws spread.
     assert!(distinct.len() > 1, "{distinct:?}");

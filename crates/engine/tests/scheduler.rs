@@ -560,9 +560,9 @@ fn reduced_rows_sample_what_full_rows_sample() {
 }
 
 #[test]
-fn whole_row_draws_sample_what_full_rows_sample() {
-    // Temperature sampling without top-k or top-p (the backend draws from the whole row),
-    // batched with greedy and top-k requests (reduced rows).
+fn whole_row_picks_sample_what_full_rows_sample() {
+    // Temperature sampling without top-k (the backend draws from the whole row, or for top-p
+    // sums it), batched with greedy and top-k requests (reduced rows).
     let mut reqs: Vec<Request> = mixed_requests()
         .into_iter()
         .map(|mut r| {
@@ -580,6 +580,11 @@ fn whole_row_draws_sample_what_full_rows_sample() {
     draw(&mut reqs[1], 1.0, 0.0, 7);
     draw(&mut reqs[2], 0.6, 0.05, 8);
     draw(&mut reqs[5], 1.3, 0.0, 9);
+    // Top-p without top-k: the total beside the 64 largest logits (or the row).
+    draw(&mut reqs[3], 0.9, 0.0, 10);
+    reqs[3].params.top_p = 0.3;
+    draw(&mut reqs[4], 1.0, 0.0, 11);
+    reqs[4].params.top_p = 0.95;
     let run = |full: bool| {
         let mut s = scheduler(
             EngineConfig::default(),
@@ -596,13 +601,13 @@ fn whole_row_draws_sample_what_full_rows_sample() {
     let (full, full_stats) = run(true);
     assert_eq!(drawn, full);
     let generated: usize = reqs.iter().filter_map(|r| r.params.max_tokens).sum();
-    let by_draw: usize = [1, 2, 5]
+    let by_draw: usize = [1, 2, 3, 4, 5]
         .iter()
         .filter_map(|&i| reqs[i].params.max_tokens)
         .sum();
-    assert_eq!(stats.rows_drawn as usize, by_draw);
+    assert_eq!(stats.rows_picked as usize, by_draw);
     assert_eq!(stats.rows_reduced as usize, generated - by_draw);
     assert_eq!(stats.rows_full, 0);
     assert_eq!(full_stats.rows_full as usize, generated);
-    assert_eq!(full_stats.rows_drawn + full_stats.rows_reduced, 0);
+    assert_eq!(full_stats.rows_picked + full_stats.rows_reduced, 0);
 }

@@ -19,5 +19,8 @@ pub use backend::{
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;
-pub use logits::{draw_row, top_key, LogitsOut, LogitsSummary, RowDraw, StepOut, DRAW_FANOUT};
+pub use logits::{
+    draw_row, nucleus_len, nucleus_prefix, row_total, top_key, LogitsOut, LogitsSummary, RowDraw,
+    RowPick, StepOut, DRAW_FANOUT,
+};
 pub use taps::{TapObserver, Taps};

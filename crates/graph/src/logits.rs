@@ -7,14 +7,16 @@
 //! bytes cross to the host. [`LogitsSummary::of_row`] is the definition every backend's
 //! reduction must match: the same ids and values, bit for bit, and the same counts.
 //!
-//! Temperature sampling without top-k or top-p draws from the whole row: with
-//! [`LogitsOut::TopDraw`] the backend draws there too (the sampler's random value handed in),
-//! and only the token crosses; [`draw_row`] is the definition its token must match.
+//! Sampling without top-k needs the whole row; with [`LogitsOut::TopPick`] the backend does
+//! that part where the row is: temperature sampling without top-p draws there (the sampler's
+//! random value handed in, only the token crosses; [`draw_row`] is the definition), and top-p
+//! gets the row's total weight ([`row_total`]) beside its largest logits, the row itself only
+//! when the nucleus reaches past them.
 
 use std::cmp::Ordering;
 
 pub use lockstep_sampling::row_draw::DRAW_FANOUT;
-pub use lockstep_sampling::{draw_row, RowDraw};
+pub use lockstep_sampling::{draw_row, nucleus_len, nucleus_prefix, row_total, RowDraw};
 
 /// What the caller wants from a step's output rows.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -23,10 +25,37 @@ pub enum LogitsOut<'a> {
     Full,
     /// Per output row, a [`LogitsSummary`] with the `k` largest logits (`k >= 1`).
     Top(usize),
-    /// As `Top(k)`, and for each output row whose entry of the slice is `Some`, the token
-    /// drawn from the whole row ([`LogitsSummary::drawn`], bitwise [`draw_row`]'s). The slice
-    /// has one entry per output row.
-    TopDraw(usize, &'a [Option<RowDraw>]),
+    /// As `Top(k)`, and for each output row whose entry of the slice is `Some`, what
+    /// [`RowPick`] asks of the whole row. The slice has one entry per output row.
+    TopPick(usize, &'a [Option<RowPick>]),
+}
+
+/// What a backend makes of one output row beyond its summary ([`LogitsOut::TopPick`]), so
+/// that sampling without top-k needs no copy of the row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RowPick {
+    /// A token drawn from the whole row ([`LogitsSummary::drawn`]), bitwise [`draw_row`]'s:
+    /// temperature sampling without top-k or top-p.
+    Draw(RowDraw),
+    /// Top-p at this `p` without top-k: the row's total weight ([`LogitsSummary::total`],
+    /// bitwise [`row_total`]'s) and a prefix of the row in the sampler's order that holds the
+    /// nucleus ([`LogitsSummary::nucleus`]: [`nucleus_len`] of it is `Some`); a backend that
+    /// gathers too short a prefix hands back the row itself instead ([`LogitsSummary::row`]).
+    Nucleus(f32),
+}
+
+impl RowPick {
+    /// What `row` gives for this pick, into `s` (the row's summary): the definition every
+    /// backend's must match.
+    pub fn fill(&self, row: &[f32], s: &mut LogitsSummary) {
+        match self {
+            RowPick::Draw(d) => s.drawn = draw_row(row, d),
+            RowPick::Nucleus(p) => {
+                s.total = row_total(row);
+                s.nucleus = nucleus_prefix(row, *p);
+            }
+        }
+    }
 }
 
 /// A step's result, as asked by [`LogitsOut`].
@@ -40,17 +69,17 @@ impl StepOut {
     /// `out` made from logits already on the host: the rows themselves, or each reduced by
     /// [`LogitsSummary::of_row`] (and drawn from by [`draw_row`]).
     pub fn from_host(host: crate::HostTensor, out: LogitsOut<'_>) -> StepOut {
-        let (k, draws) = match out {
+        let (k, picks) = match out {
             LogitsOut::Full => return StepOut::Full(host),
             LogitsOut::Top(k) => (k, &[][..]),
-            LogitsOut::TopDraw(k, draws) => (k, draws),
+            LogitsOut::TopPick(k, picks) => (k, picks),
         };
         StepOut::Top(
             (0..host.rows())
                 .map(|r| {
                     let mut s = LogitsSummary::of_row(host.row(r), k);
-                    if let Some(Some(d)) = draws.get(r) {
-                        s.drawn = draw_row(host.row(r), d);
+                    if let Some(Some(p)) = picks.get(r) {
+                        p.fill(host.row(r), &mut s);
                     }
                     s
                 })
@@ -77,9 +106,17 @@ pub struct LogitsSummary {
     /// compute it in another order or precision (it feeds the flat-logits monitor, never a
     /// token choice).
     pub entropy: f64,
-    /// The token drawn from the whole row when the step was asked to ([`LogitsOut::TopDraw`]);
+    /// The token drawn from the whole row when the step was asked to ([`RowPick::Draw`]);
     /// `None` otherwise, or when the row has non-finite values.
     pub drawn: Option<u32>,
+    /// The row's total weight at temperature 1 when the step was asked for it
+    /// ([`RowPick::Nucleus`]); `None` otherwise, or when the row has non-finite values.
+    pub total: Option<f64>,
+    /// For [`RowPick::Nucleus`]: a prefix of the row in the sampler's order holding the
+    /// nucleus (the host's reduction gives the nucleus itself, a device a longer prefix).
+    pub nucleus: Option<Vec<(u32, f32)>>,
+    /// The row itself, when a [`RowPick::Nucleus`] reached past what the backend gathered.
+    pub row: Option<Vec<f32>>,
 }
 
 /// The sort key of the sampler's order: a larger key is a larger logit, or the same logit
@@ -147,6 +184,9 @@ impl LogitsSummary {
             first_non_finite,
             entropy,
             drawn: None,
+            total: None,
+            nucleus: None,
+            row: None,
         }
     }
 }

@@ -32,7 +32,8 @@ pub struct RowDraw {
     pub temperature: f32,
     /// `ln(min_p)`, `-inf` when min-p is off: tokens below `max + ln_min_p` weigh 0.
     pub ln_min_p: f64,
-    /// The uniform value in `[0, 1)` the sampler's RNG gave for this step.
+    /// The uniform value in `[0, 1)` the sampler's RNG gave for this step (values outside
+    /// `[0, 1]` are taken as the nearest end).
     pub u: f64,
 }
 
@@ -127,20 +128,65 @@ pub fn butterfly_sum(vals: &[f64]) -> f64 {
     a[0]
 }
 
+/// The sum tree over `weights`: levels[0] the weights, each next level the butterfly sums of
+/// 32 of the one below, the last a single value (the total).
+fn sum_levels(weights: Vec<f64>) -> Vec<Vec<f64>> {
+    let mut levels = vec![weights];
+    while let Some(below) = levels.last().filter(|l| l.len() > 1) {
+        let up: Vec<f64> = below.chunks(DRAW_FANOUT).map(butterfly_sum).collect();
+        levels.push(up);
+    }
+    levels
+}
+
+/// The sum of `weights` in the draw's tree (0 for none).
+pub fn tree_sum(weights: &[f64]) -> f64 {
+    sum_levels(weights.to_vec())
+        .last()
+        .and_then(|l| l.first().copied())
+        .unwrap_or(0.0)
+}
+
+/// The softmax weight at temperature 1 of `logit` in a row whose largest logit is `max`, as
+/// top-p weighs it: `det_exp(logit - max)`.
+pub fn unit_weight(logit: f32, max: f32) -> f64 {
+    det_exp(f64::from(logit) - f64::from(max))
+}
+
+/// The total weight of `row` at temperature 1 ([`unit_weight`] summed in the draw's tree):
+/// what top-p without top-k measures its nucleus against. `None` for an empty row or one
+/// with a non-finite logit.
+pub fn row_total(row: &[f32]) -> Option<f64> {
+    let max = finite_max(row)?;
+    let w: Vec<f64> = row.iter().map(|&l| unit_weight(l, max)).collect();
+    Some(tree_sum(&w))
+}
+
+/// The nucleus of top-p within `top`, a row's largest logits in the sampler's order
+/// (descending, ties by the lower id): the length of the shortest prefix whose weights,
+/// added in order from 0, reach `p * total` (`total`: [`row_total`]); `None` when `top`
+/// ends first.
+pub fn nucleus_len(top: &[(u32, f32)], total: f64, p: f32) -> Option<usize> {
+    let max = top.first()?.1;
+    let target = f64::from(p) * total;
+    let mut cum = 0.0f64;
+    for (i, &(_, l)) in top.iter().enumerate() {
+        cum += unit_weight(l, max);
+        if cum >= target {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// The token drawn from `row` as the module docs define it; `None` for an empty row or one
 /// with a non-finite logit (the sampler reports those as errors).
 pub fn draw_row(row: &[f32], d: &RowDraw) -> Option<u32> {
     let max = finite_max(row)?;
-    let weights: Vec<f64> = row.iter().map(|&l| draw_weight(l, max, d)).collect();
-    // levels[0]: the weights; each next level the butterfly sums of 32 of the one below.
-    let mut levels = vec![weights];
-    while levels.last().is_some_and(|l| l.len() > 1) {
-        let below = levels.last()?;
-        let up: Vec<f64> = below.chunks(DRAW_FANOUT).map(butterfly_sum).collect();
-        levels.push(up);
-    }
+    let levels = sum_levels(row.iter().map(|&l| draw_weight(l, max, d)).collect());
     let total = levels.last()?.first().copied()?;
-    let target = d.u * total;
+    // A uniform outside [0, 1] (never the sampler's) is taken as the nearest end.
+    let target = d.u.clamp(0.0, 1.0) * total;
     let last_positive = || {
         let w = levels.first()?;
         w.iter().rposition(|&v| v > 0.0).map(|i| i as u32)
@@ -263,6 +309,30 @@ mod tests {
         };
         assert_eq!(draw_row(&row, &d), Some(1));
         assert_eq!(draw_row(&row, &RowDraw { u: 0.0, ..d }), Some(1));
+    }
+
+    #[test]
+    fn totals_and_nuclei() {
+        let row = [3.0f32, 2.0, 1.0, 2.0];
+        let e = |x: f64| x.exp();
+        let total = row_total(&row).expect("finite");
+        assert!((total - (1.0 + 2.0 * e(-1.0) + e(-2.0))).abs() < 1e-15);
+        // A draw at temperature 1 without min-p sums the same tree.
+        let levels = sum_levels(
+            row.iter()
+                .map(|&l| draw_weight(l, 3.0, &draw(1.0, 0.0)))
+                .collect(),
+        );
+        assert_eq!(levels.last().map(|l| l[0]), Some(total));
+        let top = [(0u32, 3.0f32), (1, 2.0), (3, 2.0), (2, 1.0)];
+        // 1 / total = 0.48: p = 0.4 keeps one token, 0.6 two, 0.9 three.
+        assert_eq!(nucleus_len(&top, total, 0.4), Some(1));
+        assert_eq!(nucleus_len(&top, total, 0.6), Some(2));
+        assert_eq!(nucleus_len(&top, total, 0.9), Some(3));
+        assert_eq!(nucleus_len(&top[..2], total, 0.9), None);
+        assert_eq!(nucleus_len(&[], total, 0.5), None);
+        assert_eq!(tree_sum(&[]), 0.0);
+        assert_eq!(row_total(&[1.0, f32::NAN]), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::error::{ParamError, SamplingError};
 use crate::params::SamplingParams;
 use crate::penalties::apply_penalties_with;
-use crate::row_draw::{draw_row, RowDraw};
+use crate::row_draw::{draw_row, nucleus_len as nucleus_of_top, tree_sum, unit_weight, RowDraw};
 
 /// A surviving token during filtering.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,6 +190,70 @@ impl Sampler {
                 Err(e.unwrap_or(SamplingError::EmptyLogits))
             }
         }
+    }
+
+    /// Whether this sampler's next token is top-p without top-k (and without penalties): its
+    /// nucleus is measured against the whole row's total weight, but usually holds few
+    /// tokens, so a backend may hand back the row's largest logits and its total
+    /// ([`row_total`](crate::row_draw::row_total)) instead of the row
+    /// ([`sample_from_nucleus`](Self::sample_from_nucleus)).
+    pub fn nucleus_needed(&self, n_vocab: usize) -> bool {
+        let k = self.params.top_k;
+        self.params.temperature > 0.0
+            && (k == 0 || k >= n_vocab)
+            && self.params.top_p < 1.0
+            && !self.params.penalties_active()
+    }
+
+    /// [`sample`](Self::sample) for a [`nucleus_needed`](Self::nucleus_needed) sampler from a
+    /// row's largest logits `top` (the sampler's order) and its total weight `total`
+    /// ([`row_total`](crate::row_draw::row_total)): `Ok(Some(token))`, exactly `sample`'s on
+    /// the whole row, when the nucleus lies within `top`
+    /// ([`nucleus_len`](crate::row_draw::nucleus_len)); `Ok(None)`, nothing consumed, when it
+    /// reaches past `top` and the whole row is needed. The errors are `sample`'s.
+    pub fn sample_from_nucleus(
+        &mut self,
+        top: &[(u32, f32)],
+        total: f64,
+        n_vocab: usize,
+        first_non_finite: Option<(u32, f32)>,
+    ) -> Result<Option<u32>, SamplingError> {
+        if n_vocab == 0 {
+            return Err(SamplingError::EmptyLogits);
+        }
+        if u32::try_from(n_vocab - 1).is_err() {
+            return Err(SamplingError::VocabTooLarge { len: n_vocab });
+        }
+        if let Some((index, value)) = first_non_finite {
+            return Err(SamplingError::NonFiniteLogit {
+                index: index as usize,
+                value,
+            });
+        }
+        if !self.nucleus_needed(n_vocab) {
+            return Err(SamplingError::TooFewCandidates {
+                given: top.len(),
+                needed: self.top_needed(n_vocab),
+            });
+        }
+        let Some(keep) = nucleus_of_top(top, total, self.params.top_p) else {
+            return Ok(None);
+        };
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(
+            top[..keep]
+                .iter()
+                .map(|&(id, logit)| Candidate { id, logit }),
+        );
+        min_p(cands, self.params.min_p, true);
+        let u = unit_f64(&mut self.rng);
+        Ok(Some(draw(
+            &self.candidates,
+            self.params.temperature,
+            u,
+            &mut self.weights,
+        )))
     }
 
     /// How many of a row's largest logits decide the next token: `Some(k)` when the `k`
@@ -469,9 +533,10 @@ fn max_logit(cands: &[Candidate]) -> f32 {
 }
 
 /// Unnormalized softmax weight at temperature 1, relative to the max logit
-/// (so the largest weight is exactly 1 and the sum cannot overflow).
+/// (so the largest weight is exactly 1 and the sum cannot overflow): `row_draw`'s
+/// `det_exp`, so a backend that sums a row's weights gets the sampler's bits.
 fn weight(logit: f32, max: f32) -> f64 {
-    (f64::from(logit) - f64::from(max)).exp()
+    unit_weight(logit, max)
 }
 
 /// Length of the shortest prefix of `sorted` whose weights reach `target`.
@@ -508,23 +573,67 @@ pub(crate) fn top_p(cands: &mut Vec<Candidate>, p: f32, sorted: &mut bool) {
         return;
     }
     let max = max_logit(cands);
-    let total = if *sorted {
-        cands.iter().map(|c| weight(c.logit, max)).sum()
-    } else {
-        bucket_to_nucleus(cands, max, f64::from(p))
-    };
+    if *sorted {
+        let total: f64 = cands.iter().map(|c| weight(c.logit, max)).sum();
+        // Rounding (p within ~1e-15 of 1) may leave the target unreached: keep
+        // everything then, which is what p = 1 means.
+        if let Some(keep) = nucleus_len(cands, max, f64::from(p) * total) {
+            cands.truncate(keep);
+        }
+        return;
+    }
     *sorted = true;
-    // Rounding (p within ~1e-15 of 1) may leave the target unreached: keep
-    // everything then, which is what p = 1 means.
-    if let Some(keep) = nucleus_len(cands, max, f64::from(p) * total) {
-        cands.truncate(keep);
+    // The whole row in id order: its total in `row_draw`'s tree (`row_total`, what a
+    // backend reducing the row on its side returns), then the nucleus from the buckets.
+    let weights: Vec<f64> = cands.iter().map(|c| weight(c.logit, max)).collect();
+    let target = f64::from(p) * tree_sum(&weights);
+    let mut kept = bucket_to_nucleus(cands, &weights, max, target);
+    match nucleus_len(&kept, max, target) {
+        Some(keep) => {
+            kept.truncate(keep);
+            *cands = kept;
+        }
+        None => {
+            // The margin bucket fell short by rounding: the scan over the whole sorted row.
+            cands.sort_unstable_by(by_logit_desc);
+            if let Some(keep) = nucleus_len(cands, max, target) {
+                cands.truncate(keep);
+            }
+        }
     }
 }
 
-/// The bucketing step of [`top_p`]: drop the candidates that certainly lie
-/// outside the nucleus and sort the rest. Returns the total weight of *all*
-/// candidates (relative to `max`), which the prefix scan needs.
-fn bucket_to_nucleus(cands: &mut Vec<Candidate>, max: f32, p: f64) -> f64 {
+/// The nucleus of top-p at `p` over the whole `row` (no top-k), in the sampler's order:
+/// what [`Sampler::sample`] keeps before min-p and the draw. `None` for an empty row or one
+/// with a non-finite logit.
+pub fn nucleus_prefix(row: &[f32], p: f32) -> Option<Vec<(u32, f32)>> {
+    if row.is_empty() || row.iter().any(|v| !v.is_finite()) {
+        return None;
+    }
+    let mut cands: Vec<Candidate> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &logit)| Candidate {
+            id: i as u32,
+            logit,
+        })
+        .collect();
+    let mut sorted = false;
+    top_p(&mut cands, p, &mut sorted);
+    if !sorted {
+        cands.sort_unstable_by(by_logit_desc);
+    }
+    Some(cands.iter().map(|c| (c.id, c.logit)).collect())
+}
+
+/// The bucketing step of [`top_p`]: the candidates (with their `weights`) that may lie
+/// in the nucleus of `target`, sorted; `cands` is left as it was.
+fn bucket_to_nucleus(
+    cands: &[Candidate],
+    weights: &[f64],
+    max: f32,
+    target: f64,
+) -> Vec<Candidate> {
     let min = cands.iter().map(|c| c.logit).fold(f32::INFINITY, f32::min);
     // Bucket 0 holds the highest logits. `scale` is 0 when all logits are
     // equal: everything lands in bucket 0 and is sorted (by id).
@@ -542,15 +651,13 @@ fn bucket_to_nucleus(cands: &mut Vec<Candidate>, max: f32, p: f64) -> f64 {
     };
     let mut mass = [0.0f64; TOP_P_BUCKETS];
     let mut occupied = [false; TOP_P_BUCKETS];
-    for c in cands.iter() {
+    for (c, &w) in cands.iter().zip(weights) {
         let b = bucket(c.logit);
         if let (Some(m), Some(o)) = (mass.get_mut(b), occupied.get_mut(b)) {
-            *m += weight(c.logit, max);
+            *m += w;
             *o = true;
         }
     }
-    let total: f64 = mass.iter().sum();
-    let target = p * total;
     let mut cum = 0.0f64;
     let mut boundary = TOP_P_BUCKETS - 1;
     for (b, &m) in mass.iter().enumerate() {
@@ -566,9 +673,13 @@ fn bucket_to_nucleus(cands: &mut Vec<Candidate>, max: f32, p: f64) -> f64 {
     let keep_through = (boundary + 1..TOP_P_BUCKETS)
         .find(|&b| occupied.get(b).copied().unwrap_or(false))
         .unwrap_or(boundary);
-    cands.retain(|c| bucket(c.logit) <= keep_through);
-    cands.sort_unstable_by(by_logit_desc);
-    total
+    let mut kept: Vec<Candidate> = cands
+        .iter()
+        .filter(|c| bucket(c.logit) <= keep_through)
+        .copied()
+        .collect();
+    kept.sort_unstable_by(by_logit_desc);
+    kept
 }
 
 /// Drop candidates with probability below `min_p * max_probability`, i.e.

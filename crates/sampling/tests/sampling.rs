@@ -2,7 +2,8 @@
 //! against hand-computed values.
 
 use lockstep_sampling::{
-    apply_penalties, draw_row, FinishReason, Sampler, SamplingError, SamplingParams, DEFAULT_SEED,
+    apply_penalties, draw_row, row_total, FinishReason, Sampler, SamplingError, SamplingParams,
+    DEFAULT_SEED,
 };
 
 /// Temperature 1 and every filter/penalty off: draws follow the plain softmax.
@@ -831,4 +832,59 @@ fn only_whole_row_draws_without_penalties_are_made_elsewhere() {
         repeat_penalty: 1.1,
         ..plain(1)
     }));
+}
+
+#[test]
+fn nuclei_from_the_largest_logits_are_the_samplers_nuclei() {
+    // Top-p without top-k from a row's 64 largest logits and its total: the token `sample`
+    // picks on the row when the nucleus lies within them, `None` (nothing consumed) when not.
+    let (mut within, mut past) = (0, 0);
+    for (si, &(temperature, top_p, min_p)) in
+        [(1.0f32, 0.9f32, 0.0f32), (0.7, 0.3, 0.05), (1.5, 0.95, 0.0)]
+            .iter()
+            .enumerate()
+    {
+        let params = SamplingParams {
+            temperature,
+            top_p,
+            min_p,
+            ..plain(300 + si as u64)
+        };
+        let mut host = Sampler::new(params.clone()).expect("valid");
+        let mut remote = Sampler::new(params).expect("valid");
+        for step in 0..120u64 {
+            // Flat rows, and rows with a few logits far above the rest.
+            let mut row = pseudo_logits(4000, step * 17 + si as u64, 3.0);
+            if step % 2 == 0 {
+                for j in 0..6 {
+                    row[(step as usize * 131 + j * 577) % 4000] = 12.0 - j as f32;
+                }
+            }
+            assert!(remote.nucleus_needed(row.len()));
+            let want = host.sample(&row, &[]).expect("finite");
+            let mut top: Vec<(u32, f32)> = row
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l))
+                .collect();
+            top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            top.truncate(64);
+            let total = row_total(&row).expect("finite");
+            let got = match remote
+                .sample_from_nucleus(&top, total, row.len(), None)
+                .expect("no error")
+            {
+                Some(t) => {
+                    within += 1;
+                    t
+                }
+                None => {
+                    past += 1;
+                    remote.sample(&row, &[]).expect("finite")
+                }
+            };
+            assert_eq!(got, want, "setting {si}, step {step}");
+        }
+    }
+    assert!(within > 100 && past > 50, "within {within}, past {past}");
 }

@@ -171,6 +171,8 @@ pub struct LoadRequest {
     pub logprobs: bool,
     /// `top_k` to send (OpenAI's API has none: sampling then draws from the whole row).
     pub top_k: Option<usize>,
+    /// `top_p` to send (by default none: the server's default, 1).
+    pub top_p: Option<f32>,
 }
 
 /// What one streamed completion produced.
@@ -213,6 +215,9 @@ pub async fn stream_completion(
     });
     if r.logprobs {
         body["logprobs"] = json!(0);
+    }
+    if let Some(p) = r.top_p {
+        body["top_p"] = json!(p);
     }
     if let Some(k) = r.top_k {
         body["top_k"] = json!(k);
@@ -535,6 +540,7 @@ pub fn synthetic_requests(n: usize, distinct: usize, max_tokens: usize) -> Vec<L
                 temperature: 0.8,
                 logprobs: true,
                 top_k: None,
+                top_p: None,
             }
         })
         .collect()

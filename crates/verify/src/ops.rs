@@ -17,8 +17,8 @@ use std::time::Instant;
 use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
-    draw_row, Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor,
-    KvLayout, LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, RowDraw, StepOut,
+    Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
+    LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, RowDraw, RowPick, StepOut,
     Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
@@ -44,6 +44,9 @@ enum TopRows {
     Flat,
     /// NaNs and infinities in some rows.
     NonFinite,
+    /// A few logits far above the rest (a real model's confident step: a top-p nucleus of
+    /// a few tokens).
+    Peaked,
 }
 
 /// One op on one shape.
@@ -326,27 +329,28 @@ impl<'b, B: Backend> Harness<'b, B> {
 
     /// `logits_out(Top(k))` on rows of `vocab` logits against [`LogitsSummary::of_row`]: the
     /// same ids and values bit for bit, the same non-finite counts and first index; the
-    /// entropy (summed in another order) within 1e-9 relative. With `draw`,
-    /// `logits_out(TopDraw(k, ..))`: also each row's token drawn from the whole row, bitwise
-    /// [`draw_row`]'s (spread temperatures, min-p on some rows, uniforms from 0 to just
-    /// under 1; the third row asks for no draw).
-    fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, draw: bool) {
+    /// entropy (summed in another order) within 1e-9 relative. With `pick`,
+    /// `logits_out(TopPick(k, ..))`: also what each row's [`RowPick`] asks, bitwise what
+    /// [`RowPick::fill`] gives on the row: a token drawn from the whole row (spread
+    /// temperatures, min-p on some rows, uniforms from 0 to just under 1), or for top-p the
+    /// row's total weight and the row itself when the nucleus reaches past the k largest.
+    /// Every fourth row asks for nothing.
+    fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, pick: bool) {
         if !self.wants("logits_top", "-") {
             return;
         }
         let shape = format!(
             "{rows}x{vocab} k={k} {kind:?}{}",
-            if draw { " +draw" } else { "" }
+            if pick { " +pick" } else { "" }
         );
-        let draws: Vec<Option<RowDraw>> = (0..rows)
+        let picks: Vec<Option<RowPick>> = (0..rows)
             .map(|r| {
-                let u = match r % 4 {
-                    0 => f64::from(self.rng.uniform()),
+                let u = match r % 3 {
+                    0 => f64::from(self.rng.uniform() * 0.5 + 0.5),
                     1 => 0.0,
-                    2 => 0.5,
                     _ => 1.0 - 1e-12,
                 };
-                (draw && r != 2).then_some(RowDraw {
+                let draw = RowPick::Draw(RowDraw {
                     temperature: [1.0, 0.7, 1.6][r % 3],
                     ln_min_p: if r % 2 == 1 {
                         0.05f64.ln()
@@ -354,7 +358,13 @@ impl<'b, B: Backend> Harness<'b, B> {
                         f64::NEG_INFINITY
                     },
                     u,
-                })
+                });
+                let wanted = match r % 4 {
+                    0 | 1 => Some(draw),
+                    2 => Some(RowPick::Nucleus([0.9, 0.3, 0.999][r % 3])),
+                    _ => None,
+                };
+                wanted.filter(|_| pick)
             })
             .collect();
         let mut data: Vec<f32> = (0..rows * vocab).map(|_| self.rng.normal(4.0)).collect();
@@ -370,6 +380,14 @@ impl<'b, B: Backend> Harness<'b, B> {
                 }
             }
             TopRows::Flat => data.iter_mut().for_each(|v| *v = 1.5),
+            TopRows::Peaked => {
+                for r in 0..rows {
+                    for j in 0..12 {
+                        let i = (r * 7919 + j * 104_729) % vocab;
+                        data[r * vocab + i] = 30.0 - j as f32 * 0.75;
+                    }
+                }
+            }
             TopRows::NonFinite => {
                 // Row 0 clean, row 1 a NaN and an infinity, row 2 only an infinity.
                 let at = |r: usize, i: usize| r * vocab + i;
@@ -385,8 +403,8 @@ impl<'b, B: Backend> Harness<'b, B> {
         let want: Vec<LogitsSummary> = (0..rows)
             .map(|r| LogitsSummary::of_row(host.row(r), k))
             .collect();
-        let out = if draw {
-            LogitsOut::TopDraw(k, &draws)
+        let out = if pick {
+            LogitsOut::TopPick(k, &picks)
         } else {
             LogitsOut::Top(k)
         };
@@ -435,13 +453,61 @@ impl<'b, B: Backend> Harness<'b, B> {
             if nf(g) != nf(w) {
                 why.push(format!("row {r}: counts {:?}, expected {:?}", nf(g), nf(w)));
             }
-            let drawn = draws
-                .get(r)
-                .copied()
-                .flatten()
-                .and_then(|d| draw_row(host.row(r), &d));
-            if g.drawn != drawn {
-                why.push(format!("row {r}: drew {:?}, expected {drawn:?}", g.drawn));
+            let mut want_pick = w.clone();
+            if let Some(Some(p)) = picks.get(r) {
+                p.fill(host.row(r), &mut want_pick);
+            }
+            if g.drawn != want_pick.drawn {
+                why.push(format!(
+                    "row {r}: drew {:?}, expected {:?}",
+                    g.drawn, want_pick.drawn
+                ));
+            }
+            if g.total.map(f64::to_bits) != want_pick.total.map(f64::to_bits) {
+                why.push(format!(
+                    "row {r}: total {:?}, expected {:?}",
+                    g.total, want_pick.total
+                ));
+            }
+            if let Some(Some(RowPick::Nucleus(_))) = picks.get(r) {
+                // A prefix of the row in the sampler's order holding the nucleus, or (for a
+                // nucleus longer than any backend need gather, 64) the row itself.
+                let want_nuc = want_pick.nucleus.clone().unwrap_or_default();
+                let bits = |t: &[(u32, f32)]| -> Vec<(u32, u32)> {
+                    t.iter().map(|&(i, v)| (i, v.to_bits())).collect()
+                };
+                match (&g.nucleus, &g.row) {
+                    (Some(pre), None) => {
+                        let sorted = LogitsSummary::of_row(host.row(r), pre.len()).top;
+                        if pre.len() < want_nuc.len() || bits(pre) != bits(&sorted) {
+                            why.push(format!(
+                                "row {r}: a prefix of {} that is not the row's first (nucleus {})",
+                                pre.len(),
+                                want_nuc.len()
+                            ));
+                        }
+                    }
+                    (None, Some(row)) => {
+                        let same = row
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .eq(host.row(r).iter().map(|v| v.to_bits()));
+                        if !same || want_nuc.len() <= 64 {
+                            why.push(format!(
+                                "row {r}: the row handed back ({}) for a nucleus of {}",
+                                if same { "exact" } else { "differs" },
+                                want_nuc.len()
+                            ));
+                        }
+                    }
+                    _ if want_pick.total.is_none() => {}
+                    _ => why.push(format!("row {r}: neither a prefix nor the row")),
+                }
+            } else if g.nucleus.is_some()
+                || g.row.is_some()
+                || g.total.is_some() && want_pick.total.is_none()
+            {
+                why.push(format!("row {r}: a nucleus or row it did not ask for"));
             }
             let rel = (g.entropy - w.entropy).abs() / w.entropy.abs().max(1e-300);
             if !(g.entropy == w.entropy || rel <= 1e-9) {
@@ -1672,9 +1738,10 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         }
     }
     // Logits reduced to their largest entries (cuda: on the device). Last too.
-    // With whole-row draws too (cuda: on the device): vocabularies of one to four levels of
-    // the sum tree, one token, and lengths that leave partial segments.
-    for (rows, vocab, k, kind, draw) in [
+    // With whole-row picks too (cuda: on the device): vocabularies of one to four levels of
+    // the sum tree, one token, and lengths that leave partial segments; top-p nuclei within
+    // and past the k largest.
+    for (rows, vocab, k, kind, pick) in [
         (1usize, 49152usize, 1usize, TopRows::Spread, false),
         (1, 49152, 40, TopRows::Spread, false),
         (3, 262144, 64, TopRows::Spread, false),
@@ -1683,16 +1750,17 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (1, 100, 64, TopRows::Spread, false),
         (2, 5000, 3, TopRows::Flat, false),
         (3, 20000, 40, TopRows::NonFinite, false),
-        (4, 49152, 1, TopRows::Spread, true),
-        (4, 262144, 1, TopRows::Spread, true),
+        (4, 49152, 64, TopRows::Spread, true),
+        (8, 262144, 64, TopRows::Spread, true),
         (4, 151936, 5, TopRows::Ties, true),
-        (4, 1000, 1, TopRows::Spread, true),
-        (2, 33, 1, TopRows::Spread, true),
-        (2, 1, 1, TopRows::Spread, true),
+        (4, 1000, 64, TopRows::Peaked, true),
+        (8, 49152, 64, TopRows::Peaked, true),
+        (3, 33, 1, TopRows::Spread, true),
+        (3, 1, 1, TopRows::Spread, true),
         (3, 5000, 1, TopRows::Flat, true),
-        (3, 20000, 1, TopRows::NonFinite, true),
+        (3, 20000, 64, TopRows::NonFinite, true),
     ] {
-        h.logits_top_case(rows, vocab, k, kind, draw);
+        h.logits_top_case(rows, vocab, k, kind, pick);
     }
     // The feed-forward pair as the model runs it: the down projection right after the fused
     // gate/up, on whatever quantization of the activation that left (cuda: its own, made in

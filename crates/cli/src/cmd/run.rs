@@ -112,8 +112,9 @@ pub struct RunArgs {
     /// Copy each step's whole logits row to the host and sample there. By default, when the
     /// sampler needs only the largest logits (greedy, or top-k up to 64 without penalties),
     /// the backend reduces the row where it computed it (on a GPU, only those cross to the
-    /// host), and when it draws from the whole row (temperature without top-k, top-p or
-    /// penalties) the backend draws there; the tokens are the same either way.
+    /// host); without top-k (and penalties) the backend draws there (temperature alone), or
+    /// hands back the row's total weight and a sorted prefix holding the top-p nucleus; the
+    /// tokens are the same either way.
     #[arg(long)]
     pub full_logits: bool,
 }

@@ -65,9 +65,10 @@ pub struct ServeArgs {
     pub threads: Option<usize>,
     /// Take every logits row to the host whole. By default, a step whose requests' samplers
     /// need only the largest logits (no penalties, logit bias or logprobs) has its rows
-    /// reduced where they were computed (on a GPU only those cross), and samplers that draw
-    /// from the whole row (temperature without top-k or top-p) draw there; the tokens are
-    /// the same.
+    /// reduced where they were computed (on a GPU only those cross), and samplers without
+    /// top-k get what they need of the rest there (a token drawn from the whole row, or the
+    /// row's total weight and a sorted prefix holding the top-p nucleus); the tokens are the
+    /// same.
     #[arg(long)]
     pub full_logits: bool,
 }
@@ -229,6 +230,9 @@ pub struct LoadgenArgs {
     /// Send this `top_k` with every request (by default none: the whole row is sampled).
     #[arg(long)]
     pub top_k: Option<usize>,
+    /// Send this `top_p` with every request (by default none: the server's default, 1).
+    #[arg(long)]
+    pub top_p: Option<f32>,
     /// Goodput SLOs in milliseconds.
     #[arg(long)]
     pub slo_ttft_ms: Option<u64>,
@@ -279,6 +283,7 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
             for r in &mut reqs {
                 r.logprobs = !args.no_logprobs;
                 r.top_k = args.top_k;
+                r.top_p = args.top_p;
             }
             let limit = Duration::from_secs(args.time_limit);
             let report = if args.check {
