@@ -3173,6 +3173,9 @@ __device__ __constant__ unsigned long long DX_COEFFS[12] = {
 __device__ __forceinline__ double det_exp(double x) {
     if (x > 0.0) x = 0.0;
     if (isnan(x) || x < __longlong_as_double(DX_MIN_X)) return 0.0;
+#ifdef FAULT_DRAW_LIBM_EXP
+    return exp(x);  // seeded fault: the platform's exp, within an ulp but not the sampler's bits
+#endif
     double k = floor(__dadd_rn(__dmul_rn(x, __longlong_as_double(DX_LOG2E)), 0.5));
     double r = __dsub_rn(__dsub_rn(x, __dmul_rn(k, __longlong_as_double(DX_LN2_HI))),
                          __dmul_rn(k, __longlong_as_double(DX_LN2_LO)));

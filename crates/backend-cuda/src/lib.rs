@@ -82,6 +82,11 @@ pub const FAULTS: &[(&str, &str, &str)] = &[
         "FAULT_ADD_OVERRUN",
         "the elementwise add writes one value past the end of its output (a bound off by one)",
     ),
+    (
+        "draw-libm-exp",
+        "FAULT_DRAW_LIBM_EXP",
+        "the device's whole-row draws and top-p totals weigh logits with CUDA's exp, not the sampler's det_exp (last bits differ)",
+    ),
 ];
 
 /// The fault `LOCKSTEP_CUDA_FAULT` names, in builds with the `faults` feature.
