@@ -3197,8 +3197,11 @@ __device__ __forceinline__ double draw_butterfly(double v) {
 }
 
 // A row's draw parameters (the host's RowDraw): t (0: nothing), ln(min_p), u (negative: the
-// total alone, for top-p: t = 1, no min-p).
-#define DRAW_PARAMS 3
+// total alone, for top-p and logprobs: t = 1, no min-p), and 1 where the row wants top-p
+// candidates (the nucleus_* kernels).
+#define DRAW_PARAMS 4
+// Words a row's picks leave: the drawn token, the total's two halves, the drawn token's logit.
+#define PICK_WORDS 4
 
 // The row's max (logits_top_merge's first value) when the row is finite and drawn from.
 __device__ __forceinline__ bool draw_row_max(const u32* top, int k, const double* prm, double* m) {
@@ -3242,8 +3245,10 @@ extern "C" __global__ void __launch_bounds__(256)
 #define DRAW_MAX_UPPER 1024
 
 // One block of 1024 threads per row: the levels above the segments (butterflies of 32), the
-// total, then warp 0 walks down; the token to drawn[3 * row] (0xFFFFFFFF: no draw), or with a
-// negative u the total's two halves to drawn[3 * row + 1 ..].
+// total, then warp 0 walks down; the token to drawn[PICK_WORDS * row] and its logit's bits to
+// the word 3 after it (0xFFFFFFFF: no draw, the row not finite), or with a negative u the
+// total's two halves to the words 1 and 2 (0xFFFFFFFF twice: not finite). A row without
+// parameters (t = 0) is left as it is.
 extern "C" __global__ void __launch_bounds__(1024)
     draw_pick(const float* __restrict__ x, int n_vocab, const u32* __restrict__ top, int k,
               const double* __restrict__ prm, const double* __restrict__ sums,
@@ -3256,9 +3261,14 @@ extern "C" __global__ void __launch_bounds__(1024)
     int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const double* p = prm + (size_t)row * DRAW_PARAMS;
     double m;
-    drawn += 3 * (size_t)row;
+    drawn += PICK_WORDS * (size_t)row;
+    if (p[0] <= 0.0) return;
+    bool total_only = p[2] < 0.0;
     if (!draw_row_max(top + (size_t)row * (2 * k + 6), k, p, &m)) {
-        if (tid == 0) drawn[0] = drawn[1] = drawn[2] = 0xFFFFFFFFu;
+        if (tid == 0) {
+            if (total_only) drawn[1] = drawn[2] = 0xFFFFFFFFu;
+            else drawn[0] = drawn[3] = 0xFFFFFFFFu;
+        }
         return;
     }
     int nseg = (n_vocab + 31) / 32;
@@ -3299,10 +3309,9 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
     if (warp != 0) return;
     double total = nl == 1 ? s1[0] : up[off[nl - 1]];
-    if (p[2] < 0.0) {
+    if (total_only) {
         if (lane == 0) {
             unsigned long long tb = (unsigned long long)__double_as_longlong(total);
-            drawn[0] = 0xFFFFFFFFu;
             drawn[1] = (u32)(tb & 0xFFFFFFFFull);
             drawn[2] = (u32)(tb >> 32);
         }
@@ -3343,8 +3352,9 @@ extern "C" __global__ void __launch_bounds__(1024)
         __syncwarp();
     }
     if (lane == 0) {
-        drawn[0] = lost ? (u32)red[32] : (u32)node;
-        drawn[1] = drawn[2] = 0xFFFFFFFFu;
+        u32 tok = lost ? (u32)red[32] : (u32)node;
+        drawn[0] = tok;
+        drawn[3] = __float_as_uint(x[(size_t)row * n_vocab + tok]);
     }
 }
 
@@ -3363,9 +3373,9 @@ __device__ __forceinline__ int nuc_bin(float m, float l) {
     return d < (float)NUC_BINS / NUC_SCALE ? (int)(d * NUC_SCALE) : NUC_BINS;
 }
 
-// Rows asking for a nucleus (`prm` u < 0, the total's mode) with a finite max.
+// Rows asking for top-p candidates (`prm` word 3) with a finite max.
 __device__ __forceinline__ bool nuc_row(const u32* top, int k, const double* prm, float* m) {
-    if (prm[0] <= 0.0 || prm[2] >= 0.0 || top[2 * k] != 0) return false;
+    if (prm[0] <= 0.0 || prm[3] <= 0.0 || top[2 * k] != 0) return false;
     *m = __uint_as_float(top[k]);
     return true;
 }

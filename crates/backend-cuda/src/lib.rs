@@ -1150,7 +1150,7 @@ impl CudaBackend {
                 && t.stats.len() >= rows * nb * 3
                 && t.counts.len() >= rows * nb * 3
                 && t.out.len() >= rows * (words + plan::PICK_WORDS)
-                && t.draw_params.len() >= rows * plan::DRAW_PARAMS
+                && t.draw_params.len() >= 2 * rows * plan::DRAW_PARAMS
                 && t.draw_sums.len() >= rows * nseg
                 && t.draw_last.len() >= rows * nseg
                 && t.nuc_hist.len() >= rows * plan::NUC_BINS
@@ -1167,7 +1167,9 @@ impl CudaBackend {
                     out: self
                         .stream
                         .alloc_zeros::<f32>(rows * (words + plan::PICK_WORDS))?,
-                    draw_params: self.stream.alloc_zeros::<f64>(rows * plan::DRAW_PARAMS)?,
+                    draw_params: self
+                        .stream
+                        .alloc_zeros::<f64>(2 * rows * plan::DRAW_PARAMS)?,
                     draw_sums: self.stream.alloc_zeros::<f64>(rows * nseg)?,
                     draw_last: self.stream.alloc_zeros::<i32>(rows * nseg)?,
                     nuc_hist: self.stream.alloc_zeros::<i32>(rows * plan::NUC_BINS)?,
@@ -1214,7 +1216,7 @@ impl CudaBackend {
         // SAFETY: as above; out holds rows * (2k + 6) words, k <= TOP_MAX_K (the merge's
         // shared array) and nb * k <= TOP_THREADS * TOP_PER keys a row.
         unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("logits_top_merge", e));
-        let nuclei = picks.iter().any(|p| matches!(p, Some(RowPick::Nucleus(_))));
+        let nuclei = picks.iter().any(|p| p.is_some_and(|p| p.nucleus.is_some()));
         if picking {
             self.pick_on_device(logits, k, picks, t);
         }
@@ -1238,9 +1240,12 @@ impl CudaBackend {
                 .filter(|_| picking)
                 .map(|w| w.to_bits())
         };
-        let drawn = |r: usize| pick_word(r, 0).filter(|&t| (t as usize) < v);
+        let pick = |r: usize| picks.get(r).copied().flatten().unwrap_or_default();
+        let drawn =
+            |r: usize| pick_word(r, 0).filter(|&t| pick(r).draw.is_some() && (t as usize) < v);
+        let drawn_logit = |r: usize| drawn(r).and(pick_word(r, 3)).map(f32::from_bits);
         let total = |r: usize| match (pick_word(r, 1), pick_word(r, 2)) {
-            (Some(lo), Some(hi)) if (lo, hi) != (u32::MAX, u32::MAX) => {
+            (Some(lo), Some(hi)) if pick(r).wants_total() && (lo, hi) != (u32::MAX, u32::MAX) => {
                 Some(f64::from_bits(u64::from(lo) | u64::from(hi) << 32))
             }
             _ => None,
@@ -1272,6 +1277,7 @@ impl CudaBackend {
                             .then(|| (bits(2 * k + 2), f32::from_bits(bits(2 * k + 3)))),
                         entropy,
                         drawn: drawn(r),
+                        drawn_logit: drawn_logit(r),
                         total: total(r),
                         nucleus: None,
                         row: None,
@@ -1282,11 +1288,11 @@ impl CudaBackend {
         .map(|mut rows_out| {
             // Top-p: the gathered prefix when it holds the nucleus, else the row.
             for (r, s) in rows_out.iter_mut().enumerate() {
-                if let (Some(Some(RowPick::Nucleus(p))), Some(total)) = (picks.get(r), s.total) {
+                if let (Some(p), Some(total)) = (pick(r).nucleus, s.total) {
                     let prefix = plan::nuc_prefix(&nuc_host, r);
                     if prefix
                         .as_ref()
-                        .is_some_and(|pre| nucleus_len(pre, total, *p).is_some())
+                        .is_some_and(|pre| nucleus_len(pre, total, p).is_some())
                     {
                         s.nucleus = prefix;
                     } else {
@@ -1299,7 +1305,7 @@ impl CudaBackend {
     }
 
     /// The top-p candidates of the rows whose parameters ask for a total alone
-    /// (`RowPick::Nucleus`, staged by `pick_on_device`): bin counts, the keys of the bins
+    /// (`RowPick::nucleus`, staged by `pick_on_device`): bin counts, the keys of the bins
     /// from the top within NUC_CAP, sorted, into `t.nuc_out`.
     fn nuclei_on_device(&self, logits: &CudaTensor, k: usize, t: &mut TopScratch) {
         let (rows, v) = (logits.rows, logits.cols);
@@ -1375,8 +1381,10 @@ impl CudaBackend {
 
     /// The whole-row picks of `picks` (one entry a row) from `logits`, after the top
     /// reduction (whose first value is each row's max): each row's `PICK_WORDS` after the
-    /// merge's rows in `t.out`: the drawn token (`u32::MAX`: none), the total weight's halves
-    /// (`u32::MAX` twice: none).
+    /// merge's rows in `t.out`: the drawn token, the total weight's halves, the drawn token's
+    /// logit (only the words a row asked for are written). A row that asks for a draw and its
+    /// total takes two passes of the sum tree: the draw's (at its temperature, min-p), then
+    /// the total's (temperature 1); the top-p candidates read the first pass's parameters.
     fn pick_on_device(
         &self,
         logits: &CudaTensor,
@@ -1384,24 +1392,62 @@ impl CudaBackend {
         picks: &[Option<RowPick>],
         t: &mut TopScratch,
     ) {
-        let (rows, v) = (logits.rows, logits.cols);
-        let words = 2 * k + 6;
-        let params: Vec<f64> = picks
+        const TOTAL: [f64; 2] = [1.0, f64::NEG_INFINITY];
+        let first: Vec<f64> = picks
             .iter()
-            .flat_map(|d| match d {
-                // u clamped as draw_row takes it, so a negative u is only ever the flag below.
-                Some(RowPick::Draw(d)) => {
-                    [f64::from(d.temperature), d.ln_min_p, d.u.clamp(0.0, 1.0)]
-                }
+            .flat_map(|p| match p {
+                // u clamped as draw_row takes it, so a negative u is only ever the total's flag.
+                Some(RowPick { draw: Some(d), .. }) => [
+                    f64::from(d.temperature),
+                    d.ln_min_p,
+                    d.u.clamp(0.0, 1.0),
+                    0.0,
+                ],
                 // The total at temperature 1 without min-p: the draw's tree, no walk.
-                Some(RowPick::Nucleus(_)) => [1.0, f64::NEG_INFINITY, -1.0],
-                None => [0.0; plan::DRAW_PARAMS],
+                Some(p) if p.wants_total() => [
+                    TOTAL[0],
+                    TOTAL[1],
+                    -1.0,
+                    f64::from(u8::from(p.nucleus.is_some())),
+                ],
+                _ => [0.0; plan::DRAW_PARAMS],
             })
             .collect();
-        let mut pv = t.draw_params.slice_mut(..params.len());
+        self.draw_pass(logits, k, &first, 0, t);
+        if picks
+            .iter()
+            .any(|p| p.is_some_and(|p| p.draw.is_some() && p.wants_total()))
+        {
+            let second: Vec<f64> = picks
+                .iter()
+                .flat_map(|p| match p {
+                    Some(p) if p.draw.is_some() && p.wants_total() => {
+                        [TOTAL[0], TOTAL[1], -1.0, 0.0]
+                    }
+                    _ => [0.0; plan::DRAW_PARAMS],
+                })
+                .collect();
+            self.draw_pass(logits, k, &second, first.len(), t);
+        }
+    }
+
+    /// One pass of `draw_leaves` and `draw_pick` on the parameters `params` (DRAW_PARAMS a
+    /// row), staged at `at` in `t.draw_params`.
+    fn draw_pass(
+        &self,
+        logits: &CudaTensor,
+        k: usize,
+        params: &[f64],
+        at: usize,
+        t: &mut TopScratch,
+    ) {
+        let (rows, v) = (logits.rows, logits.cols);
+        let words = 2 * k + 6;
+        let mut pv = t.draw_params.slice_mut(at..at + params.len());
         self.stream
-            .memcpy_htod(&params, &mut pv)
+            .memcpy_htod(params, &mut pv)
             .unwrap_or_else(|e| device_failure("draw parameters", e));
+        let prm = t.draw_params.slice(at..at + params.len());
         let (vi, ki) = (v as i32, k as i32);
         let nseg = v.div_ceil(plan::DRAW_FANOUT);
         let (mut top_words, mut drawn) = t.out.split_at_mut(rows * words);
@@ -1410,7 +1456,7 @@ impl CudaBackend {
             .arg(&vi)
             .arg(&mut top_words)
             .arg(&ki)
-            .arg(&t.draw_params)
+            .arg(&prm)
             .arg(&mut t.draw_sums)
             .arg(&mut t.draw_last);
         let cfg = LaunchConfig {
@@ -1427,7 +1473,7 @@ impl CudaBackend {
             .arg(&vi)
             .arg(&mut top_words)
             .arg(&ki)
-            .arg(&t.draw_params)
+            .arg(&prm)
             .arg(&t.draw_sums)
             .arg(&t.draw_last)
             .arg(&mut drawn);
@@ -3959,6 +4005,7 @@ mod tests {
             assert_eq!(plan::DRAW_FANOUT, DRAW_FANOUT);
             assert_eq!(DRAW_FANOUT, 32, "a warp's butterfly");
             assert!(KERNEL_SOURCE.contains(&format!("#define DRAW_PARAMS {}\n", plan::DRAW_PARAMS)));
+            assert!(KERNEL_SOURCE.contains(&format!("#define PICK_WORDS {}\n", plan::PICK_WORDS)));
             assert!(KERNEL_SOURCE.contains("__launch_bounds__(256)\n    draw_leaves("));
             assert_eq!(32 * plan::DRAW_LEAF_WARPS, 256);
             // Levels above the segments of 32^4 tokens: 1024 + 32 + 1 nodes.

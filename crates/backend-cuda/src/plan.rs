@@ -689,11 +689,11 @@ const TOP_CHUNK: usize = 2048;
 /// tree's fanout (a warp, lockstep_sampling's `DRAW_FANOUT`), the parameters a row
 /// (`DRAW_PARAMS`), and the segments (warps) a `draw_leaves` block takes.
 pub const DRAW_FANOUT: usize = lockstep_graph::DRAW_FANOUT;
-pub const DRAW_PARAMS: usize = 3;
+pub const DRAW_PARAMS: usize = 4;
 pub const DRAW_LEAF_WARPS: usize = 8;
 /// Words a row's picks take after the top reduction's rows: the drawn token, the total's
-/// two halves (`draw_pick`).
-pub const PICK_WORDS: usize = 3;
+/// two halves, the drawn token's logit (`draw_pick`).
+pub const PICK_WORDS: usize = 4;
 
 /// Top-p candidates (kernels.cu `nucleus_hist` / `_gather` / `_sort`): bins of the logits
 /// near the max, the most candidates a row gathers, the threads of the first two passes.

@@ -139,7 +139,7 @@ fn step<B: Backend>(
                     tokens,
                     taps,
                     1,
-                    Some(RowPick::Draw(d)),
+                    Some(RowPick::draw(d)),
                 )?)
             }
             Want::Nucleus(p) => NextLogits::Top(engine.forward_one_top_pick(
@@ -147,7 +147,7 @@ fn step<B: Backend>(
                 tokens,
                 taps,
                 1,
-                Some(RowPick::Nucleus(p)),
+                Some(RowPick::nucleus(p)),
             )?),
         })
     };

@@ -22,11 +22,13 @@
 //! or recomputed prefill gives the same bits as one prefill. So a request's tokens and
 //! logprobs are those it gets alone.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use lockstep_graph::{Backend, HostTensor, LogitsSummary, RowPick, Taps};
-use lockstep_sampling::{FinishReason, ParamError, Sampler, SamplingParams, StopChecker};
+use lockstep_graph::{row_total, Backend, HostTensor, LogitsSummary, RowPick, Taps};
+use lockstep_sampling::{
+    FinishReason, ParamError, Sampler, SamplingParams, StopChecker, MAX_TOP_CANDIDATES,
+};
 use lockstep_tokenizer::{StreamDecoder, Tokenizer};
 
 use crate::generate::sample_summary;
@@ -489,12 +491,14 @@ impl<B: Backend> Scheduler<B> {
 
     fn run_step(&mut self, plan: &[usize], events: &mut Vec<(RequestId, Event)>) {
         // The rows go to the host reduced to their largest logits when every request that
-        // samples this step needs no more (no logit bias, logprobs or captured logits, and
+        // samples this step needs no more (no logit bias or captured logits, and
         // `Sampler::top_needed`: greedy or top-k without penalties), or needs of the rest of
         // the row only what the backend can make where it computed it (`RowPick`: a token
-        // drawn from the whole row for temperature sampling without top-k or top-p, the row's
-        // total weight for top-p without top-k); on a GPU that is a few hundred bytes a row
-        // instead of the vocabulary. The rows that sample are those that end their prompt.
+        // drawn from the whole row for temperature sampling without top-k or top-p; the row's
+        // total weight and a prefix holding the nucleus for top-p without top-k; the total
+        // for logprobs, whose top alternatives are among the largest logits); on a GPU that is
+        // a few hundred bytes a row instead of the vocabulary. The rows that sample are those
+        // that end their prompt.
         let vocab = self.engine.n_vocab();
         let full_logits = self.full_logits;
         let samples =
@@ -506,22 +510,28 @@ impl<B: Backend> Scheduler<B> {
             .zip(&self.running)
             .filter(|&(&n, a)| samples(n, a))
             .map(|(_, a)| {
-                let plain = a.req.logit_bias.is_empty()
-                    && a.req.logprobs.is_none()
-                    && !a.req.capture_logits;
+                let plain = a.req.logit_bias.is_empty() && !a.req.capture_logits;
                 if !plain || full_logits {
                     return None;
                 }
                 let s = &a.sampler;
-                if let Some(k) = s.top_needed(vocab) {
-                    Some((k, None))
+                let (k, pick) = if let Some(k) = s.top_needed(vocab) {
+                    (k, None)
                 } else if s.row_draw_needed(vocab) {
-                    Some((1, Some(Pick::Draw)))
+                    (1, Some(Pick::Draw))
                 } else if s.nucleus_needed(vocab) {
-                    Some((1, Some(Pick::Nucleus(s.params().top_p))))
+                    (1, Some(Pick::Nucleus(s.params().top_p)))
                 } else {
-                    None
-                }
+                    return None;
+                };
+                Some(match a.req.logprobs {
+                    // The alternatives among the largest logits, the normalizer the total.
+                    Some(n) if n <= MAX_TOP_CANDIDATES => {
+                        (k.max(n), Some(pick.unwrap_or(Pick::Top).with_total()))
+                    }
+                    Some(_) => return None,
+                    None => (k, pick),
+                })
             })
             .collect();
         // The draws take their random values now (given back if the row turns out bad).
@@ -531,11 +541,7 @@ impl<B: Backend> Scheduler<B> {
                 .zip(self.running.iter_mut())
                 .filter(|(&n, a)| samples(n, a))
                 .zip(w)
-                .map(|((_, a), (_, want))| match want {
-                    Some(Pick::Draw) => Some(RowPick::Draw(a.sampler.begin_row_draw())),
-                    Some(Pick::Nucleus(p)) => Some(RowPick::Nucleus(*p)),
-                    None => None,
-                })
+                .map(|((_, a), (_, want))| want.map(|p| p.make(&mut a.sampler)))
                 .collect(),
             _ => Vec::new(),
         };
@@ -652,9 +658,34 @@ impl<B: Backend> Scheduler<B> {
 }
 
 /// What a sampling row asks of the rest of its row (`RowPick` before its random value).
+#[derive(Clone, Copy)]
 enum Pick {
+    /// Only the row's total (logprobs of a greedy or top-k request).
+    Top,
     Draw,
     Nucleus(f32),
+    /// One of the above with the total (logprobs).
+    WithTotal(&'static Pick),
+}
+
+impl Pick {
+    fn with_total(self) -> Pick {
+        match self {
+            Pick::Top => Pick::WithTotal(&Pick::Top),
+            Pick::Draw => Pick::WithTotal(&Pick::Draw),
+            Pick::Nucleus(_) | Pick::WithTotal(_) => self, // a nucleus brings its total
+        }
+    }
+
+    /// The pick for `sampler`'s row, taking its draw's random value now.
+    fn make(self, sampler: &mut Sampler) -> RowPick {
+        match self {
+            Pick::Top => RowPick::default(),
+            Pick::Draw => RowPick::draw(sampler.begin_row_draw()),
+            Pick::Nucleus(p) => RowPick::nucleus(p),
+            Pick::WithTotal(p) => p.make(sampler).with_total(),
+        }
+    }
 }
 
 /// One step's output rows of one request.
@@ -716,10 +747,14 @@ fn sample_one(
         RowLogits::Full(l) => Some(l),
         RowLogits::Top(_) => None,
     };
-    // Requests with logprobs or captured logits always get the full row.
-    let logprob = full
-        .zip(a.req.logprobs)
-        .map(|(l, k)| logprobs_of(l, token, k));
+    let logprob = match (a.req.logprobs, logits) {
+        (None, _) => None,
+        (Some(k), RowLogits::Full(l)) => Some(logprobs_of(l, token, k)),
+        (Some(k), RowLogits::Top(s)) => Some(
+            logprobs_of_summary(s, token, k)
+                .ok_or_else(|| format!("the logprob of token {token} did not reach the host"))?,
+        ),
+    };
     a.monitor.observe_token(step, token, tokenizer);
     a.history.push(token);
     a.n_generated += 1;
@@ -781,41 +816,46 @@ fn sample_one(
 
 /// Log-softmax of the raw logits (in f64) at `token`, and the `k` most likely tokens.
 pub fn logprobs_of(logits: &[f32], token: u32, k: usize) -> TokenLogprob {
+    let s = LogitsSummary::of_row(logits, k);
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let log_z = f64::from(max)
-        + logits
-            .iter()
-            .map(|&v| (f64::from(v) - f64::from(max)).exp())
-            .sum::<f64>()
-            .ln();
-    let lp = |id: u32| (f64::from(logits[id as usize]) - log_z) as f32;
-    let mut top: BTreeMap<(std::cmp::Reverse<OrdF32>, u32), ()> = BTreeMap::new();
-    if k > 0 {
-        for (id, &v) in logits.iter().enumerate() {
-            top.insert((std::cmp::Reverse(OrdF32(v)), id as u32), ());
-            if top.len() > k {
-                top.pop_last();
-            }
-        }
-    }
-    TokenLogprob {
-        token,
-        logprob: lp(token),
-        top: top.keys().map(|&(_, id)| (id, lp(id))).collect(),
-    }
+    let total = row_total(logits).unwrap_or(f64::NAN);
+    let logit = logits.get(token as usize).copied().unwrap_or(f32::NAN);
+    logprobs_from(max, total, token, logit, &s.top, k)
 }
 
-/// Total order on finite logits (NaN, which the sampler rejects first, sorts as equal).
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct OrdF32(f32);
-impl Eq for OrdF32 {}
-impl PartialOrd for OrdF32 {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
+/// [`logprobs_of`] from a row's summary (its `k` largest logits, and its total weight,
+/// `RowPick::total`), bitwise the same; `None` when the summary lacks the chosen token's logit
+/// (it is among the largest, in the nucleus prefix, or the backend's draw) or the total.
+fn logprobs_of_summary(s: &LogitsSummary, token: u32, k: usize) -> Option<TokenLogprob> {
+    let max = s.top.first()?.1;
+    let total = s.total?;
+    let logit = s
+        .top
+        .iter()
+        .chain(s.nucleus.iter().flatten())
+        .find(|&&(id, _)| id == token)
+        .map(|&(_, l)| l)
+        .or(s.drawn_logit.filter(|_| s.drawn == Some(token)))
+        .or_else(|| s.row.as_ref()?.get(token as usize).copied())?;
+    Some(logprobs_from(max, total, token, logit, &s.top, k))
 }
-impl Ord for OrdF32 {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&other.0)
+
+/// Log-softmax of the raw logits, in f64: `logit - (max + ln total)` with the row's total
+/// weight in the sampler's tree (`row_total`, which a backend can make where the row is), the
+/// `k` most likely tokens from `top` (the row's largest, in the sampler's order).
+fn logprobs_from(
+    max: f32,
+    total: f64,
+    token: u32,
+    logit: f32,
+    top: &[(u32, f32)],
+    k: usize,
+) -> TokenLogprob {
+    let log_z = f64::from(max) + total.ln();
+    let lp = |l: f32| (f64::from(l) - log_z) as f32;
+    TokenLogprob {
+        token,
+        logprob: lp(logit),
+        top: top.iter().take(k).map(|&(id, l)| (id, lp(l))).collect(),
     }
 }

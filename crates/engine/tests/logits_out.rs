@@ -142,17 +142,21 @@ fn summaries_carry_the_picks_from_the_full_rows() {
     let picks: Vec<Option<RowPick>> = (0..prompt.len())
         .map(|r| match r {
             1 => None,
-            4 => Some(RowPick::Nucleus(0.05)),
-            5 => Some(RowPick::Nucleus(0.95)),
-            _ => Some(RowPick::Draw(RowDraw {
-                temperature: 0.5 + r as f32 * 0.4,
-                ln_min_p: if r == 3 {
-                    0.05f64.ln()
-                } else {
-                    f64::NEG_INFINITY
-                },
-                u: (r as f64 * 0.23 + 0.11).fract(),
-            })),
+            4 => Some(RowPick::nucleus(0.05)),
+            5 => Some(RowPick::nucleus(0.95)),
+            _ => {
+                let d = RowPick::draw(RowDraw {
+                    temperature: 0.5 + r as f32 * 0.4,
+                    ln_min_p: if r == 3 {
+                        0.05f64.ln()
+                    } else {
+                        f64::NEG_INFINITY
+                    },
+                    u: (r as f64 * 0.23 + 0.11).fract(),
+                });
+                // With the total too, as logprobs ask.
+                Some(if r == 2 { d.with_total() } else { d })
+            }
         })
         .collect();
     let k = 8;
@@ -173,15 +177,22 @@ fn summaries_carry_the_picks_from_the_full_rows() {
     for (r, s) in top[0].iter().enumerate() {
         let row = full[0].row(r);
         assert_eq!(s.top, LogitsSummary::of_row(row, k).top);
-        match picks[r] {
-            Some(RowPick::Draw(d)) => {
+        let pick = picks[r].unwrap_or_default();
+        if pick.wants_total() {
+            let total = row_total(row).expect("finite");
+            assert_eq!(s.total.map(f64::to_bits), Some(total.to_bits()), "row {r}");
+        } else {
+            assert_eq!(s.total, None);
+        }
+        match (pick.draw, pick.nucleus) {
+            (Some(d), _) => {
                 assert_eq!(s.drawn, draw_row(row, &d), "row {r}");
-                assert!(s.drawn.is_some());
-                distinct.extend(s.drawn);
+                let t = s.drawn.expect("drawn");
+                assert_eq!(s.drawn_logit, Some(row[t as usize]));
+                distinct.insert(t);
             }
-            Some(RowPick::Nucleus(p)) => {
+            (None, Some(p)) => {
                 let total = row_total(row).expect("finite");
-                assert_eq!(s.total.map(f64::to_bits), Some(total.to_bits()));
                 // The host's reduction hands back the nucleus itself.
                 let nucleus = s.nucleus.as_deref().expect("a nucleus");
                 assert_eq!(Some(nucleus.to_vec()), nucleus_prefix(row, p));
@@ -194,7 +205,7 @@ fn summaries_carry_the_picks_from_the_full_rows() {
                     assert!(nucleus.len() > 8, "row {r}: {}", nucleus.len());
                 }
             }
-            None => assert_eq!(
+            (None, None) => assert_eq!(
                 (s.drawn, s.total, s.nucleus.is_some(), s.row.is_some()),
                 (None, None, false, false)
             ),

@@ -521,8 +521,9 @@ fn plain_outcomes<B: lockstep_graph::Backend>(
 
 #[test]
 fn reduced_rows_sample_what_full_rows_sample() {
-    // Greedy and top-k requests (reduced rows), one with a logit bias and one with logprobs
-    // (full rows for the whole step when they sample), batched together.
+    // Greedy and top-k requests (reduced rows), one with a logit bias (full rows for the whole
+    // step when it samples) and one with logprobs (reduced, with the row's total), batched
+    // together.
     let mut reqs: Vec<Request> = mixed_requests()
         .into_iter()
         .map(|mut r| {
@@ -610,4 +611,53 @@ fn whole_row_picks_sample_what_full_rows_sample() {
     assert_eq!(stats.rows_full, 0);
     assert_eq!(full_stats.rows_full as usize, generated);
     assert_eq!(full_stats.rows_picked + full_stats.rows_reduced, 0);
+}
+
+#[test]
+fn logprobs_from_reduced_rows_are_the_full_rows_logprobs() {
+    // Logprobs (5 alternatives) of greedy, top-k, whole-row draw and top-p requests, batched:
+    // the rows reduced with their totals give the tokens and logprob bits whole rows give.
+    let mut reqs = mixed_requests();
+    let no_top_k = |r: &mut Request, temperature: f32, top_p: f32, min_p: f32| {
+        r.params.temperature = temperature;
+        r.params.top_k = 0;
+        r.params.top_p = top_p;
+        r.params.min_p = min_p;
+        r.params.seed = 40 + r.prompt.len() as u64;
+    };
+    no_top_k(&mut reqs[2], 1.0, 1.0, 0.0);
+    no_top_k(&mut reqs[3], 0.9, 0.5, 0.0);
+    no_top_k(&mut reqs[4], 0.7, 1.0, 0.05);
+    no_top_k(&mut reqs[5], 1.2, 0.95, 0.0);
+    let run = |full: bool| {
+        let mut s = scheduler(
+            EngineConfig::default(),
+            SchedulerConfig {
+                max_seqs: 4,
+                ..SchedulerConfig::default()
+            },
+        );
+        s.set_full_logits(full);
+        let ids: Vec<RequestId> = reqs
+            .iter()
+            .map(|r| s.submit(r.clone()).expect("submit"))
+            .collect();
+        let (mut out, _) = run_all(&mut s);
+        let outcomes: Vec<Outcome> = ids
+            .iter()
+            .map(|id| out.remove(id).expect("outcome"))
+            .collect();
+        (outcomes, s.stats())
+    };
+    let (reduced, stats) = run(false);
+    let (full, full_stats) = run(true);
+    assert_eq!(reduced, full);
+    for (i, o) in reduced.iter().enumerate() {
+        assert_eq!(o.tokens.len(), reqs[i].params.max_tokens.unwrap_or(0));
+    }
+    let generated: usize = reqs.iter().filter_map(|r| r.params.max_tokens).sum();
+    // Every row reduced with its total (picked); none whole.
+    assert_eq!(stats.rows_full, 0);
+    assert_eq!(stats.rows_picked as usize, generated);
+    assert_eq!(full_stats.rows_full as usize, generated);
 }

@@ -31,29 +31,66 @@ pub enum LogitsOut<'a> {
 }
 
 /// What a backend makes of one output row beyond its summary ([`LogitsOut::TopPick`]), so
-/// that sampling without top-k needs no copy of the row.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum RowPick {
-    /// A token drawn from the whole row ([`LogitsSummary::drawn`]), bitwise [`draw_row`]'s:
-    /// temperature sampling without top-k or top-p.
-    Draw(RowDraw),
-    /// Top-p at this `p` without top-k: the row's total weight ([`LogitsSummary::total`],
-    /// bitwise [`row_total`]'s) and a prefix of the row in the sampler's order that holds the
-    /// nucleus ([`LogitsSummary::nucleus`]: [`nucleus_len`] of it is `Some`); a backend that
-    /// gathers too short a prefix hands back the row itself instead ([`LogitsSummary::row`]).
-    Nucleus(f32),
+/// that sampling without top-k, and logprobs, need no copy of the row.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct RowPick {
+    /// A token drawn from the whole row ([`LogitsSummary::drawn`], its logit in
+    /// [`LogitsSummary::drawn_logit`]), bitwise [`draw_row`]'s: temperature sampling without
+    /// top-k or top-p.
+    pub draw: Option<RowDraw>,
+    /// Top-p at this `p` without top-k: a prefix of the row in the sampler's order that holds
+    /// the nucleus ([`LogitsSummary::nucleus`]: [`nucleus_len`] of it against the total is
+    /// `Some`); a backend that gathers too short a prefix hands back the row itself instead
+    /// ([`LogitsSummary::row`]). Implies `total`.
+    pub nucleus: Option<f32>,
+    /// The row's total weight at temperature 1 ([`LogitsSummary::total`], bitwise
+    /// [`row_total`]'s): what top-p measures against, and the logprobs' normalizer.
+    pub total: bool,
 }
 
 impl RowPick {
+    /// A token drawn from the whole row.
+    pub fn draw(d: RowDraw) -> RowPick {
+        RowPick {
+            draw: Some(d),
+            ..RowPick::default()
+        }
+    }
+
+    /// Top-p at `p` without top-k: the total and the nucleus.
+    pub fn nucleus(p: f32) -> RowPick {
+        RowPick {
+            nucleus: Some(p),
+            total: true,
+            ..RowPick::default()
+        }
+    }
+
+    /// This pick and the row's total too.
+    pub fn with_total(self) -> RowPick {
+        RowPick {
+            total: true,
+            ..self
+        }
+    }
+
+    /// Whether the row's total is asked for.
+    pub fn wants_total(&self) -> bool {
+        self.total || self.nucleus.is_some()
+    }
+
     /// What `row` gives for this pick, into `s` (the row's summary): the definition every
     /// backend's must match.
     pub fn fill(&self, row: &[f32], s: &mut LogitsSummary) {
-        match self {
-            RowPick::Draw(d) => s.drawn = draw_row(row, d),
-            RowPick::Nucleus(p) => {
-                s.total = row_total(row);
-                s.nucleus = nucleus_prefix(row, *p);
-            }
+        if let Some(d) = &self.draw {
+            s.drawn = draw_row(row, d);
+            s.drawn_logit = s.drawn.and_then(|t| row.get(t as usize).copied());
+        }
+        if self.wants_total() {
+            s.total = row_total(row);
+        }
+        if let Some(p) = self.nucleus {
+            s.nucleus = nucleus_prefix(row, p);
         }
     }
 }
@@ -106,16 +143,17 @@ pub struct LogitsSummary {
     /// compute it in another order or precision (it feeds the flat-logits monitor, never a
     /// token choice).
     pub entropy: f64,
-    /// The token drawn from the whole row when the step was asked to ([`RowPick::Draw`]);
-    /// `None` otherwise, or when the row has non-finite values.
+    /// The token drawn from the whole row when the step was asked to ([`RowPick::draw`]),
+    /// and its logit; `None` otherwise, or when the row has non-finite values.
     pub drawn: Option<u32>,
+    pub drawn_logit: Option<f32>,
     /// The row's total weight at temperature 1 when the step was asked for it
-    /// ([`RowPick::Nucleus`]); `None` otherwise, or when the row has non-finite values.
+    /// ([`RowPick::total`]); `None` otherwise, or when the row has non-finite values.
     pub total: Option<f64>,
-    /// For [`RowPick::Nucleus`]: a prefix of the row in the sampler's order holding the
+    /// For [`RowPick::nucleus`]: a prefix of the row in the sampler's order holding the
     /// nucleus (the host's reduction gives the nucleus itself, a device a longer prefix).
     pub nucleus: Option<Vec<(u32, f32)>>,
-    /// The row itself, when a [`RowPick::Nucleus`] reached past what the backend gathered.
+    /// The row itself, when a [`RowPick::nucleus`] reached past what the backend gathered.
     pub row: Option<Vec<f32>>,
 }
 
@@ -184,6 +222,7 @@ impl LogitsSummary {
             first_non_finite,
             entropy,
             drawn: None,
+            drawn_logit: None,
             total: None,
             nucleus: None,
             row: None,

@@ -334,7 +334,8 @@ impl<'b, B: Backend> Harness<'b, B> {
     /// [`RowPick::fill`] gives on the row: a token drawn from the whole row (spread
     /// temperatures, min-p on some rows, uniforms from 0 to just under 1), or for top-p the
     /// row's total weight and the row itself when the nucleus reaches past the k largest.
-    /// Every fourth row asks for nothing.
+    /// Some rows ask for a draw and the total (logprobs), one for the total alone, some for
+    /// nothing.
     fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, pick: bool) {
         if !self.wants("logits_top", "-") {
             return;
@@ -350,7 +351,7 @@ impl<'b, B: Backend> Harness<'b, B> {
                     1 => 0.0,
                     _ => 1.0 - 1e-12,
                 };
-                let draw = RowPick::Draw(RowDraw {
+                let draw = RowPick::draw(RowDraw {
                     temperature: [1.0, 0.7, 1.6][r % 3],
                     ln_min_p: if r % 2 == 1 {
                         0.05f64.ln()
@@ -359,9 +360,13 @@ impl<'b, B: Backend> Harness<'b, B> {
                     },
                     u,
                 });
-                let wanted = match r % 4 {
+                // Draws (every other one with the total too, as logprobs ask), nuclei, a
+                // total alone, nothing.
+                let wanted = match r % 8 {
                     0 | 1 => Some(draw),
-                    2 => Some(RowPick::Nucleus([0.9, 0.3, 0.999][r % 3])),
+                    4 => Some(draw.with_total()),
+                    2 | 6 => Some(RowPick::nucleus([0.9, 0.3, 0.999][r % 3])),
+                    5 => Some(RowPick::default().with_total()),
                     _ => None,
                 };
                 wanted.filter(|_| pick)
@@ -469,7 +474,12 @@ impl<'b, B: Backend> Harness<'b, B> {
                     g.total, want_pick.total
                 ));
             }
-            if let Some(Some(RowPick::Nucleus(_))) = picks.get(r) {
+            if picks
+                .get(r)
+                .copied()
+                .flatten()
+                .is_some_and(|p| p.nucleus.is_some())
+            {
                 // A prefix of the row in the sampler's order holding the nucleus, or (for a
                 // nucleus longer than any backend need gather, 64) the row itself.
                 let want_nuc = want_pick.nucleus.clone().unwrap_or_default();
