@@ -63,12 +63,12 @@ pub struct ServeArgs {
     /// Worker threads of the cpu backend (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Take every logits row to the host whole. By default, a step whose requests' samplers
-    /// need only the largest logits (no penalties, logit bias or logprobs) has its rows
-    /// reduced where they were computed (on a GPU only those cross), and samplers without
-    /// top-k get what they need of the rest there (a token drawn from the whole row, or the
-    /// row's total weight and a sorted prefix holding the top-p nucleus); the tokens are the
-    /// same.
+    /// Take every logits row to the host whole. By default, a step whose requests need only
+    /// the largest logits (no penalties or logit bias) has its rows reduced where they were
+    /// computed (on a GPU only those cross), with what the rest of the row gives made there
+    /// too: a token drawn from the whole row (temperature without top-k), the row's total
+    /// weight and a sorted prefix holding the top-p nucleus, the total for logprobs; the
+    /// tokens and logprobs are the same.
     #[arg(long)]
     pub full_logits: bool,
 }
