@@ -518,17 +518,18 @@ impl<B: Backend> Scheduler<B> {
                 let (k, pick) = if let Some(k) = s.top_needed(vocab) {
                     (k, None)
                 } else if s.row_draw_needed(vocab) {
-                    (1, Some(Pick::Draw))
+                    (1, Some(Pick::of(PickKind::Draw)))
                 } else if s.nucleus_needed(vocab) {
-                    (1, Some(Pick::Nucleus(s.params().top_p)))
+                    (1, Some(Pick::of(PickKind::Nucleus(s.params().top_p))))
                 } else {
                     return None;
                 };
                 Some(match a.req.logprobs {
                     // The alternatives among the largest logits, the normalizer the total.
-                    Some(n) if n <= MAX_TOP_CANDIDATES => {
-                        (k.max(n), Some(pick.unwrap_or(Pick::Top).with_total()))
-                    }
+                    Some(n) if n <= MAX_TOP_CANDIDATES => (
+                        k.max(n),
+                        Some(pick.unwrap_or(Pick::of(PickKind::Top)).with_total()),
+                    ),
                     Some(_) => return None,
                     None => (k, pick),
                 })
@@ -657,33 +658,45 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
-/// What a sampling row asks of the rest of its row (`RowPick` before its random value).
+/// What a sampling row asks of the rest of its row (`RowPick` before its random value):
+/// nothing more than the largest logits, a draw, or a nucleus; and whether also the row's
+/// total (logprobs; a nucleus brings it anyway).
 #[derive(Clone, Copy)]
-enum Pick {
-    /// Only the row's total (logprobs of a greedy or top-k request).
+struct Pick {
+    kind: PickKind,
+    total: bool,
+}
+
+#[derive(Clone, Copy)]
+enum PickKind {
     Top,
     Draw,
     Nucleus(f32),
-    /// One of the above with the total (logprobs).
-    WithTotal(&'static Pick),
 }
 
 impl Pick {
+    fn of(kind: PickKind) -> Pick {
+        Pick { kind, total: false }
+    }
+
     fn with_total(self) -> Pick {
-        match self {
-            Pick::Top => Pick::WithTotal(&Pick::Top),
-            Pick::Draw => Pick::WithTotal(&Pick::Draw),
-            Pick::Nucleus(_) | Pick::WithTotal(_) => self, // a nucleus brings its total
+        Pick {
+            total: true,
+            ..self
         }
     }
 
     /// The pick for `sampler`'s row, taking its draw's random value now.
     fn make(self, sampler: &mut Sampler) -> RowPick {
-        match self {
-            Pick::Top => RowPick::default(),
-            Pick::Draw => RowPick::draw(sampler.begin_row_draw()),
-            Pick::Nucleus(p) => RowPick::nucleus(p),
-            Pick::WithTotal(p) => p.make(sampler).with_total(),
+        let pick = match self.kind {
+            PickKind::Top => RowPick::default(),
+            PickKind::Draw => RowPick::draw(sampler.begin_row_draw()),
+            PickKind::Nucleus(p) => RowPick::nucleus(p),
+        };
+        if self.total {
+            pick.with_total()
+        } else {
+            pick
         }
     }
 }

@@ -139,12 +139,17 @@ fn sum_levels(weights: Vec<f64>) -> Vec<Vec<f64>> {
     levels
 }
 
-/// The sum of `weights` in the draw's tree (0 for none).
+/// The sum of `weights` in the draw's tree (0 for none): the last of `sum_levels`, without
+/// keeping the levels below.
 pub fn tree_sum(weights: &[f64]) -> f64 {
-    sum_levels(weights.to_vec())
-        .last()
-        .and_then(|l| l.first().copied())
-        .unwrap_or(0.0)
+    if let [w] = weights {
+        return *w;
+    }
+    let mut level: Vec<f64> = weights.chunks(DRAW_FANOUT).map(butterfly_sum).collect();
+    while level.len() > 1 {
+        level = level.chunks(DRAW_FANOUT).map(butterfly_sum).collect();
+    }
+    level.first().copied().unwrap_or(0.0)
 }
 
 /// The softmax weight at temperature 1 of `logit` in a row whose largest logit is `max`, as

@@ -93,15 +93,14 @@ impl Sampler {
             // Neither top-k nor top-p: the draw over the whole row, min-p's survivors in id
             // order, as `row_draw` defines it (what a backend drawing on its side returns).
             check_logits(logits)?;
-            let row: &[f32] = if self.params.penalties_active() {
-                self.penalized.clear();
-                self.penalized.extend_from_slice(logits);
-                apply_penalties_with(&mut self.penalized, history, &self.params, &mut self.window)?;
-                &self.penalized
-            } else {
-                logits
-            };
             let mut d = self.row_draw_params();
+            let row = penalized_row(
+                logits,
+                history,
+                &self.params,
+                &mut self.penalized,
+                &mut self.window,
+            )?;
             d.u = unit_f64(&mut self.rng);
             return draw_row(row, &d).ok_or(SamplingError::EmptyLogits);
         }
@@ -164,32 +163,18 @@ impl Sampler {
         first_non_finite: Option<(u32, f32)>,
     ) -> Result<u32, SamplingError> {
         let restore = self.before_draw.take();
-        let err = if n_vocab == 0 {
-            Some(SamplingError::EmptyLogits)
-        } else if u32::try_from(n_vocab - 1).is_err() {
-            Some(SamplingError::VocabTooLarge { len: n_vocab })
-        } else if let Some((index, value)) = first_non_finite {
-            Some(SamplingError::NonFiniteLogit {
-                index: index as usize,
-                value,
-            })
-        } else if drawn.is_none_or(|t| t as usize >= n_vocab) {
-            Some(SamplingError::TooFewCandidates {
-                given: 0,
-                needed: None,
-            })
-        } else {
-            None
-        };
-        match (err, drawn) {
-            (None, Some(t)) => Ok(t),
-            (e, _) => {
-                if let Some(rng) = restore {
-                    self.rng = rng;
-                }
-                Err(e.unwrap_or(SamplingError::EmptyLogits))
-            }
+        let result = check_summary(n_vocab, first_non_finite).and_then(|()| {
+            drawn
+                .filter(|&t| (t as usize) < n_vocab)
+                .ok_or(SamplingError::TooFewCandidates {
+                    given: 0,
+                    needed: None,
+                })
+        });
+        if let (Err(_), Some(rng)) = (&result, restore) {
+            self.rng = rng;
         }
+        result
     }
 
     /// Whether this sampler's next token is top-p without top-k (and without penalties): its
@@ -218,18 +203,7 @@ impl Sampler {
         n_vocab: usize,
         first_non_finite: Option<(u32, f32)>,
     ) -> Result<Option<u32>, SamplingError> {
-        if n_vocab == 0 {
-            return Err(SamplingError::EmptyLogits);
-        }
-        if u32::try_from(n_vocab - 1).is_err() {
-            return Err(SamplingError::VocabTooLarge { len: n_vocab });
-        }
-        if let Some((index, value)) = first_non_finite {
-            return Err(SamplingError::NonFiniteLogit {
-                index: index as usize,
-                value,
-            });
-        }
+        check_summary(n_vocab, first_non_finite)?;
         if !self.nucleus_needed(n_vocab) {
             return Err(SamplingError::TooFewCandidates {
                 given: top.len(),
@@ -284,18 +258,7 @@ impl Sampler {
         n_vocab: usize,
         first_non_finite: Option<(u32, f32)>,
     ) -> Result<u32, SamplingError> {
-        if n_vocab == 0 {
-            return Err(SamplingError::EmptyLogits);
-        }
-        if u32::try_from(n_vocab - 1).is_err() {
-            return Err(SamplingError::VocabTooLarge { len: n_vocab });
-        }
-        if let Some((index, value)) = first_non_finite {
-            return Err(SamplingError::NonFiniteLogit {
-                index: index as usize,
-                value,
-            });
-        }
+        check_summary(n_vocab, first_non_finite)?;
         let need = self.top_needed(n_vocab);
         let Some(k) = need.filter(|&k| top.len() >= k) else {
             return Err(SamplingError::TooFewCandidates {
@@ -359,16 +322,13 @@ impl Sampler {
     /// `self.candidates` and returns `None`.
     fn prepare(&mut self, logits: &[f32], history: &[u32]) -> Result<Option<u32>, SamplingError> {
         check_logits(logits)?;
-
-        // Penalties need a mutable copy; skip the copy when they are off.
-        let row: &[f32] = if self.params.penalties_active() {
-            self.penalized.clear();
-            self.penalized.extend_from_slice(logits);
-            apply_penalties_with(&mut self.penalized, history, &self.params, &mut self.window)?;
-            &self.penalized
-        } else {
-            logits
-        };
+        let row = penalized_row(
+            logits,
+            history,
+            &self.params,
+            &mut self.penalized,
+            &mut self.window,
+        )?;
 
         if self.params.temperature <= 0.0 {
             // top-k / top-p / min-p always keep the most likely token, so they
@@ -414,6 +374,44 @@ fn rng_from_seed(seed: u64) -> ChaCha8Rng {
 fn unit_f64(rng: &mut ChaCha8Rng) -> f64 {
     const SCALE: f64 = 1.0 / (1u64 << 53) as f64;
     (rng.next_u64() >> 11) as f64 * SCALE
+}
+
+/// `logits` with the penalties applied: a copy in `penalized` when they are on, the row itself
+/// when they are off.
+fn penalized_row<'a>(
+    logits: &'a [f32],
+    history: &[u32],
+    params: &SamplingParams,
+    penalized: &'a mut Vec<f32>,
+    window: &mut Vec<u32>,
+) -> Result<&'a [f32], SamplingError> {
+    if !params.penalties_active() {
+        return Ok(logits);
+    }
+    penalized.clear();
+    penalized.extend_from_slice(logits);
+    apply_penalties_with(penalized, history, params, window)?;
+    Ok(penalized)
+}
+
+/// `check_logits` for a row known by its summary: its length and first non-finite entry.
+fn check_summary(
+    n_vocab: usize,
+    first_non_finite: Option<(u32, f32)>,
+) -> Result<(), SamplingError> {
+    if n_vocab == 0 {
+        return Err(SamplingError::EmptyLogits);
+    }
+    if u32::try_from(n_vocab - 1).is_err() {
+        return Err(SamplingError::VocabTooLarge { len: n_vocab });
+    }
+    match first_non_finite {
+        Some((index, value)) => Err(SamplingError::NonFiniteLogit {
+            index: index as usize,
+            value,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reject empty rows, rows too long for u32 ids, and NaN/±inf entries.
