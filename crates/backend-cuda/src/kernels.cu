@@ -1570,7 +1570,9 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
 // Per-key probabilities are never formed: kq_softmax is hidden, as with the split kernels. The
 // arithmetic is f32 throughout, held to the isolation bound like the split and flash kernels.
 // Blocks of 128 keys x P parts threads; groups of up to G query heads (8 for heads up to 128
-// values, 4 for 256: the shared memory below stays within 48 KB).
+// values, 4 for 256: the shared memory below stays within 48 KB). A block serves `hpb` heads
+// of its group (the host's plan::decode_attention_heads_per_block): one a block when a step
+// has few rows, so one sequence's heads run on as many SMs, not one SM per KV head.
 #define ATT_D_MAX_KEYS 128
 template <int D>
 struct AttDecodeShape {
@@ -1583,7 +1585,7 @@ template <int D>
 __device__ __forceinline__ void attention_decode_body(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
-    float scale, int window, signed char* q8q, Q8Blk* q8d) {
+    float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {
     const float NEG_INF = __int_as_float(0xff800000);
     constexpr int P = AttDecodeShape<D>::P, THREADS = AttDecodeShape<D>::THREADS;
     constexpr int MAX_G = AttDecodeShape<D>::G;
@@ -1607,11 +1609,15 @@ __device__ __forceinline__ void attention_decode_body(
     // of every key an earlier step wrote (positions before the row's own: one row a sequence),
     // through L2 (ld.global.cg: a replayed step must not read an L1 line left from an earlier
     // one); the row's own key after the wait.
-    int row = blockIdx.x, kh = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // The block serves hpb of its KV head's `group` query heads (grid.y = n_kv_heads x
+    // group / hpb): heads h0 .. h0 + hpb - 1 of the group, each with the same threads and
+    // arithmetic whatever hpb is, so a head's output does not depend on it.
+    int group = n_heads / n_kv_heads, slices = group / hpb;
+    int row = blockIdx.x, kh = blockIdx.y / slices, h0 = (blockIdx.y % slices) * hpb;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int* ri = info + row * ROW_INFO;
     int soff = __ldcg(ri), n_kv = __ldcg(ri + 1), pos = __ldcg(ri + 2), moff = __ldcg(ri + 4);
     size_t soff_sc = (size_t)__ldcg(ri + 3);
-    int group = n_heads / n_kv_heads;
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
@@ -1652,15 +1658,15 @@ __device__ __forceinline__ void attention_decode_body(
     if (scores != nullptr)
         for (int j = tid; j < n_kv; j += THREADS)
             if (j < lo || j > hi)
-                for (int i = 0; i < group; i++)
-                    scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
-    for (int x = tid; x < group * D; x += THREADS) {
+                for (int i = 0; i < hpb; i++)
+                    scores[soff_sc + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    for (int x = tid; x < hpb * D; x += THREADS) {
         int i = x / D, d = x - i * D;
-        s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d];
+        s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d];
     }
     __syncthreads();
     if (kin) {
-        for (int i = 0; i < group; i++) {
+        for (int i = 0; i < hpb; i++) {
             const float4* qr = (const float4*)(s_q + i * D + hf * PART);
             float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll
@@ -1675,8 +1681,8 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
-    for (int i = warp; i < group; i += THREADS / 32) {
-        int h = att_query_head(kh, i, group, n_kv_heads);
+    for (int i = warp; i < hpb; i += THREADS / 32) {
+        int h = att_query_head(kh, h0 + i, group, n_kv_heads);
         float s[ATT_D_MAX_KEYS / 32];
         float m = NEG_INF;
 #pragma unroll
@@ -1715,7 +1721,7 @@ __device__ __forceinline__ void attention_decode_body(
             if (jj < n && s_vis[jj] && (!EARLY_V || lo + jj >= pos))
                 vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
         }
-        for (int i = 0; i < group; i++) {
+        for (int i = 0; i < hpb; i++) {
             float4 a = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
             for (int r = 0; r < KPT; r++) {
@@ -1730,15 +1736,15 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
-    for (int x0 = 0; x0 < group * D; x0 += THREADS) {
-        // Whole warps step together (group * D is a multiple of 32).
-        if (x0 + (tid & ~31) >= group * D) break;
+    for (int x0 = 0; x0 < hpb * D; x0 += THREADS) {
+        // Whole warps step together (hpb * D is a multiple of 32).
+        if (x0 + (tid & ~31) >= hpb * D) break;
         int x = x0 + tid, i = x / D, d = x - i * D;
         float a = 0.f;
         for (int g = 0; g < KG; g++) a += s_a[((size_t)g * MAX_G + i) * D + d];
         float l = s_sum[i];
         float v = l > 0.f ? a / l : 0.f;
-        size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * D + d;
+        size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d;
         out[o] = v;
         if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
     }
@@ -1748,9 +1754,9 @@ __device__ __forceinline__ void attention_decode_body(
     extern "C" __global__ void __launch_bounds__(AttDecodeShape<D>::THREADS) attention_decode_##D( \
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
-        float scale, int window, signed char* q8q, Q8Blk* q8d) {                                 \
+        float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {                        \
         attention_decode_body<D>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,       \
-                                 n_kv_heads, scale, window, q8q, q8d);                           \
+                                 n_kv_heads, scale, window, hpb, q8q, q8d);                      \
     }
 ATTENTION_DECODE(64)
 ATTENTION_DECODE(128)

@@ -397,6 +397,14 @@ struct AttnDev {
     scores: Option<Scores>,
 }
 
+/// The arguments that follow the short decode and flash attention kernels' common ones.
+enum AttExtra {
+    /// `attention_decode`: query heads a block serves (`plan::decode_attention_heads_per_block`).
+    HeadsPerBlock(i32),
+    /// `attention_flash`: the step's rows and the rows of a tile.
+    Tiling(i32, i32),
+}
+
 /// A host table on the device (see [`steps`]).
 enum DevInput {
     U32(CudaSlice<u32>),
@@ -3555,7 +3563,7 @@ impl Backend for CudaBackend {
                 let (nh, nkh) = (p.n_heads as i32, p.n_kv_heads as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
                 let null = 0u64;
-                let (func, cfg, tiling, what) = if decode {
+                let (func, cfg, extra, what) = if decode {
                     let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
                         BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
                     })?;
@@ -3564,12 +3572,28 @@ impl Backend for CudaBackend {
                         128 => &self.k.attention_decode[1],
                         _ => &self.k.attention_decode[2],
                     };
+                    let hpb = if attention_head_split_knob() {
+                        plan::decode_attention_heads_per_block(
+                            q.rows,
+                            p.n_heads,
+                            p.n_kv_heads,
+                            self.k.n_sms,
+                        )
+                    } else {
+                        p.n_heads / p.n_kv_heads
+                    };
+                    let slices = p.n_heads / p.n_kv_heads / hpb;
                     let cfg = LaunchConfig {
-                        grid_dim: (q.rows as u32, p.n_kv_heads as u32, 1),
+                        grid_dim: (q.rows as u32, (p.n_kv_heads * slices) as u32, 1),
                         block_dim: (threads, 1, 1),
                         shared_mem_bytes: 0,
                     };
-                    (func, cfg, None, "attention_decode")
+                    (
+                        func,
+                        cfg,
+                        AttExtra::HeadsPerBlock(hpb as i32),
+                        "attention_decode",
+                    )
                 } else {
                     let Some((f64k, f128k)) = self.k.attention_flash.as_ref() else {
                         unreachable!("checked above")
@@ -3587,9 +3611,9 @@ impl Backend for CudaBackend {
                         block_dim: (32 * geom.warps as u32, 1, 1),
                         shared_mem_bytes: geom.smem_bytes,
                     };
-                    let tiling = (q.rows as i32, geom.tile_rows as i32);
+                    let tiling = AttExtra::Tiling(q.rows as i32, geom.tile_rows as i32);
                     let func = if hd == 64 { f64k } else { f128k };
-                    (func, cfg, Some(tiling), "attention_flash")
+                    (func, cfg, tiling, "attention_flash")
                 };
                 let mut b = self.stream.launch_builder(func);
                 b.arg(q.buf())
@@ -3610,9 +3634,10 @@ impl Backend for CudaBackend {
                     .arg(&nkh)
                     .arg(&p.scale)
                     .arg(&window);
-                if let Some((n_rows, tile_rows)) = tiling.as_ref() {
-                    b.arg(n_rows).arg(tile_rows);
-                }
+                match &extra {
+                    AttExtra::HeadsPerBlock(hpb) => b.arg(hpb),
+                    AttExtra::Tiling(n_rows, tile_rows) => b.arg(n_rows).arg(tile_rows),
+                };
                 let mut parts = q8_parts(&mut q8, q.rows * q_dim);
                 match parts.as_mut() {
                     Some((qq, dd)) => b.arg(qq).arg(dd),
@@ -3824,6 +3849,14 @@ fn split_min_keys() -> usize {
 fn gate_up_q8_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Whether a decode attention block may serve fewer than its KV head's whole group of query
+/// heads (`plan::decode_attention_heads_per_block`); `LOCKSTEP_CUDA_ATTN_HEADS=group` keeps a
+/// block per KV head (the same values bitwise), for comparison. Read once.
+fn attention_head_split_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_HEADS").map_or(true, |v| v != "group"))
 }
 
 /// An activation as the kernels take it: its code (kernels.cu `act`: 0 SiLU, 1 GELU tanh) and

@@ -392,6 +392,25 @@ pub fn decode_attention_shape(head_dim: usize) -> Option<(u32, usize)> {
     }
 }
 
+/// How many of a KV head's query heads one `attention_decode` block serves (`hpb`, a divisor of
+/// the group): the whole group where the step has blocks enough to fill the GPU that way (each
+/// K and V row is then loaded once per block for all of them), else fewer, down to one a block:
+/// a decode step of one sequence otherwise runs on `n_kv_heads` SMs (one for Gemma-3) with the
+/// whole group's work serialized in each. A head's arithmetic is the same whatever the split.
+pub fn decode_attention_heads_per_block(
+    n_rows: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    n_sms: usize,
+) -> usize {
+    let group = n_heads / n_kv_heads.max(1);
+    (1..=group)
+        .rev()
+        .filter(|h| group.is_multiple_of(*h))
+        .find(|h| n_rows * n_kv_heads * (group / h) >= n_sms)
+        .unwrap_or(1)
+}
+
 /// The most keys a row of `attention_decode` attends over (`ATT_D_MAX_KEYS`): the steps it runs
 /// are short (`long_context` false: every sequence has fewer than [`ATT_SPLIT_FROM_KEYS`]).
 pub const ATT_DECODE_MAX_KEYS: usize = 128;
@@ -826,6 +845,32 @@ mod tests {
         assert!(!use_row_attention(Auto, 65, 64, 64));
         assert!(use_row_attention(Row, 512, 1, 256));
         assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
+
+    #[test]
+    fn decode_attention_splits_a_group_only_where_the_step_has_too_few_blocks() {
+        // One sequence: a block a query head (SmolLM2 9 / 3, Gemma-3 4 / 1, Llama 32 / 8).
+        assert_eq!(decode_attention_heads_per_block(1, 9, 3, 132), 1);
+        assert_eq!(decode_attention_heads_per_block(1, 4, 1, 132), 1);
+        assert_eq!(decode_attention_heads_per_block(1, 32, 8, 132), 1);
+        // Enough rows: the whole group a block, each K/V row loaded once.
+        assert_eq!(decode_attention_heads_per_block(64, 9, 3, 132), 3);
+        assert_eq!(decode_attention_heads_per_block(17, 32, 8, 132), 4);
+        // In between: the largest divisor of the group that still fills the GPU.
+        assert_eq!(decode_attention_heads_per_block(9, 32, 8, 132), 2);
+        assert_eq!(decode_attention_heads_per_block(40, 4, 1, 132), 1);
+        assert_eq!(decode_attention_heads_per_block(40, 4, 1, 80), 2);
+        // Multi-head attention: nothing to split.
+        assert_eq!(decode_attention_heads_per_block(1, 8, 8, 132), 1);
+        for rows in [1, 2, 5, 33, 200] {
+            for (nh, nkh) in [(9, 3), (4, 1), (32, 8), (12, 2), (8, 8)] {
+                let h = decode_attention_heads_per_block(rows, nh, nkh, 132);
+                assert!(
+                    h >= 1 && (nh / nkh).is_multiple_of(h),
+                    "{rows} {nh} {nkh}: {h}"
+                );
+            }
+        }
     }
 
     #[test]
