@@ -1,3 +1,4 @@
+#include <cstring>
 // The CPU emulation harness of the attention kernels (bench/attn_emu/run.sh builds and runs it).
 #include "shim.h"
 thread_local dim3u threadIdx, blockIdx;
@@ -225,34 +226,57 @@ int main(int argc, char** argv) {
         for (auto& q : seqs) short_ctx = short_ctx && q.slots.size() <= 128;
         if ((hd == 64 || hd == 128 || hd == 256) && group <= (hd == 256 ? 4 : 8) && short_ctx) {
             int sr = std::min(n_rows, 16);
-            std::vector<float> sc5(n_scores, 9.f), out5(out0.size(), 9.f);
-            std::vector<signed char> q85(out0.size(), 77);
-            std::vector<Q8Blk> ds5(nb, Q8Blk{-5.f, -5});
-            launch({(unsigned)sr, (unsigned)n_kvh, 1}, hd == 256 ? 512 : 256, 0, [&] {
-                if (hd == 64)
-                    attention_decode_64(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
-                                        sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
-                else if (hd == 256)
-                    attention_decode_256(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
-                                         sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
-                else
-                    attention_decode_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
-                                         sc5.data(), out5.data(), base, nh, n_kvh, scale, window, q85.data(), ds5.data());
-            });
-            size_t bad_q = q8_wrong(out5, q85, ds5, (size_t)sr * q_dim / 32);
-            if (getenv("ATTN_EMU_PERTURB")) {
+            // Every split of the group a block may serve (hpb: all of it, half, one), each
+            // bitwise the whole group's.
+            std::vector<float> sc_all, out_all;
+            std::vector<int> splits = {group};
+            if (group % 2 == 0 && group > 2) splits.push_back(group / 2);
+            if (group > 1) splits.push_back(1);
+            for (int hpb : splits) {
+                std::vector<float> sc5(n_scores, 9.f), out5(out0.size(), 9.f);
+                std::vector<signed char> q85(out0.size(), 77);
+                std::vector<Q8Blk> ds5(nb, Q8Blk{-5.f, -5});
+                launch({(unsigned)sr, (unsigned)(n_kvh * (group / hpb)), 1}, hd == 256 ? 512 : 256, 0, [&] {
+                    if (hd == 64)
+                        attention_decode_64(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                            sc5.data(), out5.data(), base, nh, n_kvh, scale, window, hpb, q85.data(),
+                                            ds5.data());
+                    else if (hd == 256)
+                        attention_decode_256(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                             sc5.data(), out5.data(), base, nh, n_kvh, scale, window, hpb, q85.data(),
+                                             ds5.data());
+                    else
+                        attention_decode_128(qv.data(), kc.data(), vc.data(), slots.data(), info.data(), mask.data(),
+                                             sc5.data(), out5.data(), base, nh, n_kvh, scale, window, hpb, q85.data(),
+                                             ds5.data());
+                });
+                size_t bad_q = q8_wrong(out5, q85, ds5, (size_t)sr * q_dim / 32);
+                if (hpb == group) {
+                    sc_all = sc5;
+                    out_all = out5;
+                }
+                // ATTN_EMU_PERTURB: the whole group's output off (the bound catches it);
+                // ATTN_EMU_PERTURB_SPLIT: one ulp off a split run's (the bitwise check does).
                 size_t i = (size_t)sr * q_dim / 2;
-                out5[i] += 1e-3f * std::fabs(out5[i]) + 1e-3f;
+                if (getenv("ATTN_EMU_PERTURB") && hpb == group) out5[i] += 1e-3f * std::fabs(out5[i]) + 1e-3f;
+                if (getenv("ATTN_EMU_PERTURB_SPLIT") && hpb == 1) out5[i] = std::nextafter(out5[i], INFINITY);
+                size_t bad_s = 0, bad_o = 0;
+                double worst = 0.0;
+                within_bounds(sr, sc5, out5, bad_s, bad_o, worst);
+                bool ok = bad_s == 0 && bad_o == 0;
+                bool same = true;
+                if (hpb != group) {
+                    same = std::memcmp(sc_all.data(), sc5.data(), sc5.size() * sizeof(float)) == 0 &&
+                           std::memcmp(out_all.data(), out5.data(), out5.size() * sizeof(float)) == 0;
+                }
+                printf("case %d decode rows %d heads a block %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s%s\n",
+                       cs, sr, hpb, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
+                       bad_q ? ", decode q8: MISMATCH" : ", decode q8: ok",
+                       same ? "" : ", NOT bitwise the whole group's");
+                if (!ok) fails++;
+                if (bad_q) fails++;
+                if (!same) fails++;
             }
-            size_t bad_s = 0, bad_o = 0;
-            double worst = 0.0;
-            within_bounds(sr, sc5, out5, bad_s, bad_o, worst);
-            bool ok = bad_s == 0 && bad_o == 0;
-            printf("case %d decode rows %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s\n", cs,
-                   sr, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
-                   bad_q ? ", decode q8: MISMATCH" : ", decode q8: ok");
-            if (!ok) fails++;
-            if (bad_q) fails++;
         }
         // Flash prefill kernels (`cuda` prefill steps): TF32 tensor cores with the 3-term split
         // and an f32 online softmax, held to the same bound on every row; random warps per block

@@ -2859,28 +2859,57 @@ struct FusedFirst {
 // block). norm_gate_up_fast1_<id>: the norm, then gate_up_fast1's rows. norm_gate_up_q8_fast1
 // <id>: blocks of 32 rows that also quantize their activation for the down projection, as
 // gate_up_q8_fast1 does. Every warp runs NORM_GATE (a warp without a row too).
+// norm_mmv3_fast1's body, q and k of type TY, v of TYV: each warp loads its row's first units
+// (of its weight's type; a block of one type holds one unit's registers) before the gate.
+template <int TY, int TYV>
+__device__ __forceinline__ void norm_mmv3_body(NORM_IN_ARGS, const NormFusedWeights& nwv,
+                                               signed char* sq, Q8Blk* sd, const u8* W0,
+                                               const u8* W1, const u8* W2, float* y0, float* y1,
+                                               float* y2, int m0, int m1, int m2) {
+    int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const u8* W = nullptr;
+    float* y = nullptr;
+    int m = 0, rr = r;
+    bool isv = false;
+    if (r < m0) {
+        W = W0; y = y0; m = m0;
+    } else if ((rr = r - m0) < m1) {
+        W = W1; y = y1; m = m1;
+    } else if ((rr = r - m0 - m1) < m2) {
+        W = W2; y = y2; m = m2; isv = true;
+    }
+    if constexpr (TY == TYV) {
+        FusedFirst<TY, false> f;
+        if (W != nullptr) f.load(W, nullptr, rr, g);
+        NORM_GATE
+        if (W != nullptr)
+            fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr, 0,
+                                                        g, m, rr, 0, 0.0, &f.w);
+    } else {
+        FusedFirst<TY, false> f;
+        FusedFirst<TYV, false> fv;
+        if (isv) fv.load(W, nullptr, rr, g);
+        else if (W != nullptr) f.load(W, nullptr, rr, g);
+        NORM_GATE
+        if (isv)
+            fast_rows<TYV, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr,
+                                                         0, g, m, rr, 0, 0.0, &fv.w);
+        else if (W != nullptr)
+            fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr, 0,
+                                                        g, m, rr, 0, 0.0, &f.w);
+    }
+}
+#define NORM_MMV3_ARGS                                                                            \
+    NORM_IN_ARGS, const u8 *W0, const u8 *W1, const u8 *W2, float *y0, float *y1, float *y2,     \
+        int m0, int m1, int m2
+#define NORM_MMV3_CALL(TY, TYV)                                                                   \
+    NORM_GATE_SETUP                                                                               \
+    norm_mmv3_body<TY, TYV>(a, b, pw, bn, sum, nw, out, g, eps, nt, q, ds, nwv, sq, sd, W0, W1,   \
+                            W2, y0, y1, y2, m0, m1, m2);
 #define NORM_FUSED(TY)                                                                             \
     extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) norm_mmv3_fast1_##TY(        \
-        NORM_IN_ARGS, const u8* W0, const u8* W1, const u8* W2, float* y0, float* y1, float* y2, \
-        int m0, int m1, int m2) {                                                                 \
-        NORM_GATE_SETUP                                                                           \
-        int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                              \
-        const u8* W = nullptr;                                                                    \
-        float* y = nullptr;                                                                       \
-        int m = 0, rr = r;                                                                        \
-        if (r < m0) {                                                                             \
-            W = W0; y = y0; m = m0;                                                               \
-        } else if ((rr = r - m0) < m1) {                                                          \
-            W = W1; y = y1; m = m1;                                                               \
-        } else if ((rr = r - m0 - m1) < m2) {                                                     \
-            W = W2; y = y2; m = m2;                                                               \
-        }                                                                                         \
-        FusedFirst<TY, false> f;                                                                  \
-        if (W != nullptr) f.load(W, nullptr, rr, g);                                              \
-        NORM_GATE                                                                                 \
-        if (W != nullptr)                                                                         \
-            fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr,  \
-                                                        0, g, m, rr, 0, 0.0, &f.w);              \
+        NORM_MMV3_ARGS) {                                                                         \
+        NORM_MMV3_CALL(TY, TY)                                                                    \
     }                                                                                             \
     extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) norm_gate_up_fast1_##TY(     \
         NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m,         \
@@ -2918,6 +2947,14 @@ NORM_FUSED(8)
 NORM_FUSED(12)
 NORM_FUSED(13)
 NORM_FUSED(14)
+// q and k of type TY, v of TYV (plan::MIXED_QKV lists the pairs).
+#define MIXED_QKV_FOR(M) M(6, 8) M(12, 14) M(13, 14)
+#define NORM_MMV3_MIXED(TY, TYV)                                                                   \
+    extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) norm_mmv3_fast1_##TY##_##TYV( \
+        NORM_MMV3_ARGS) {                                                                         \
+        NORM_MMV3_CALL(TY, TYV)                                                                   \
+    }
+MIXED_QKV_FOR(NORM_MMV3_MIXED)
 NORM_FUSED_Q8(2)
 NORM_FUSED_Q8(3)
 NORM_FUSED_Q8(6)

@@ -278,6 +278,8 @@ struct Kernels {
     /// Per type with a fast kernel: `residual_norm_then`'s norm inside its one-row consumer
     /// (the q/k/v mat-vec; the gate/up, with or without the down projection's quantization).
     norm_mm3: Vec<(i32, CudaFunction)>,
+    /// One-row norm-fused q/k/v of two types, by (q and k type, v type) (`plan::MIXED_QKV`).
+    mixed_mm3: Vec<((i32, i32), CudaFunction)>,
     norm_gu: Vec<(i32, CudaFunction)>,
     norm_gu_q8: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
@@ -709,6 +711,14 @@ impl CudaBackend {
         let mut fast_mm3 = Vec::new();
         let mut fast_gu_q8 = Vec::new();
         let mut norm_mm3 = Vec::new();
+        let mut mixed_mm3 = Vec::new();
+        for &(qk, v) in plan::MIXED_QKV {
+            let (a, b) = (qk.id(), v.id());
+            mixed_mm3.push((
+                (a as i32, b as i32),
+                f(&format!("norm_mmv3_fast1_{a}_{b}"))?,
+            ));
+        }
         let mut norm_gu = Vec::new();
         let mut norm_gu_q8 = Vec::new();
         for &ty in plan::FAST {
@@ -776,6 +786,7 @@ impl CudaBackend {
             fast_mm3,
             fast_gu_q8,
             norm_mm3,
+            mixed_mm3,
             norm_gu,
             norm_gu_q8,
             quantize_q8: f("quantize_q8_32")?,
@@ -2047,6 +2058,19 @@ impl CudaBackend {
         }
     }
 
+    /// The norm-fused one-row q/k/v kernel for q and k of `wqk`'s type and v of `wv`'s, where
+    /// `plan::MIXED_QKV` has the pair.
+    fn mixed_qkv(&self, wqk: &CudaWeight, wv: &CudaWeight) -> Option<&CudaFunction> {
+        if !mixed_qkv_knob() {
+            return None;
+        }
+        self.k
+            .mixed_mm3
+            .iter()
+            .find(|(pair, _)| *pair == (wqk.desc.id, wv.desc.id))
+            .map(|(_, fused)| fused)
+    }
+
     /// `matmul` of one activation against up to three weights of one type with a fast kernel
     /// and one row length, in one launch (each product bitwise what `matmul_fast` gives).
     fn matmul_fast_multi(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Vec<CudaTensor> {
@@ -2963,10 +2987,20 @@ impl Backend for CudaBackend {
         let rows_a_block = (threads / 32) as usize;
         let outs = match then {
             NormThen::Qkv { wq, wk, wv } => {
-                let Some((_, f)) = self.k.norm_mm3.iter().find(|(id, _)| *id == wq.desc.id) else {
-                    unreachable!("every fast type has its fused kernel")
+                let mixed = (fast(wv) && wv.desc != wq.desc)
+                    .then(|| self.mixed_qkv(wq, wv))
+                    .flatten();
+                let f = match mixed {
+                    Some(f) => f,
+                    None => {
+                        let Some((_, f)) = self.k.norm_mm3.iter().find(|(id, _)| *id == wq.desc.id)
+                        else {
+                            unreachable!("every fast type has its fused kernel")
+                        };
+                        f
+                    }
                 };
-                let with_v = fast(wv) && wv.desc == wq.desc;
+                let with_v = fast(wv) && (wv.desc == wq.desc || mixed.is_some());
                 let mut q = self.alloc_f32("matmul", wq.rows);
                 let mut k = self.alloc_f32("matmul", wk.rows);
                 let mut v = with_v.then(|| self.alloc_f32("matmul", wv.rows));
@@ -3002,8 +3036,8 @@ impl Backend for CudaBackend {
                 self.q8_of.set(Some(normed.id));
                 let q = self.tensor("matmul", q, 1, wq.rows);
                 let k = self.tensor("matmul", k, 1, wk.rows);
-                // v of another type (Q4_K_M files keep some layers' v in Q6_K): its own matmul,
-                // on the quantization the fused kernel left in the scratch buffer.
+                // v of another type without a two-type kernel: its own matmul, on the
+                // quantization the fused kernel left in the scratch buffer.
                 let v = match v {
                     Some(v) => self.tensor("matmul", v, 1, wv.rows),
                     None => self.matmul(&normed, wv),
@@ -3116,7 +3150,9 @@ impl Backend for CudaBackend {
             };
             return (q, k, v);
         }
-        // v of another type (Q4_K_M files keep some layers' v in Q6_K): q and k together.
+        // v of another type (Q4_K_M files keep some layers' v in Q6_K): q and k together, v
+        // alone. (A two-type launch here, as `residual_norm_then` runs for short rows, made
+        // Llama-8B's decode 1% slower on the H100, BENCHMARKS.md session 15.)
         let mut o = self.matmul_fast_multi(x, &[wq, wk]).into_iter();
         let (Some(q), Some(k)) = (o.next(), o.next()) else {
             unreachable!("two weights, two products")
@@ -3849,6 +3885,15 @@ fn split_min_keys() -> usize {
 fn gate_up_q8_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Whether one-row norm-fused q/k/v with v of another type run in one launch
+/// (`plan::MIXED_QKV`);
+/// `LOCKSTEP_CUDA_MIXED_QKV=0` runs v alone (the same values bitwise), for comparison. Read
+/// once.
+fn mixed_qkv_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV").map_or(true, |v| v != "0"))
 }
 
 /// Whether a decode attention block may serve fewer than its KV head's whole group of query

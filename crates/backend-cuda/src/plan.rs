@@ -86,6 +86,16 @@ pub const FAST: &[GgmlType] = &[
     GgmlType::Q6K,
 ];
 
+/// The (q and k, v) type pairs with a one-row norm-fused q/k/v kernel of two types
+/// (`norm_mmv3_fast1_<q>_<v>`; kernels.cu `MIXED_QKV_FOR`): llama.cpp's K-quant mixtures keep
+/// some layers' v in Q6_K (Q8_0 where a row is not whole super-blocks and the rest falls back to
+/// Q5_0, as Gemma-3-270M's rows of 640). Without one, such a layer's v is a launch of its own.
+pub const MIXED_QKV: &[(GgmlType, GgmlType)] = &[
+    (GgmlType::Q5_0, GgmlType::Q8_0),
+    (GgmlType::Q4K, GgmlType::Q6K),
+    (GgmlType::Q5K, GgmlType::Q6K),
+];
+
 /// Whether fast numerics quantize the activations of a matmul against a weight of type `id`.
 pub fn fast_quantizes(id: i32) -> bool {
     ![GgmlType::F32, GgmlType::F16, GgmlType::Bf16]
@@ -845,6 +855,17 @@ mod tests {
         assert!(!use_row_attention(Auto, 65, 64, 64));
         assert!(use_row_attention(Row, 512, 1, 256));
         assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
+
+    #[test]
+    fn two_type_qkv_pairs_are_fast_types_of_one_block_size() {
+        for &(qk, v) in MIXED_QKV {
+            assert_ne!(qk, v);
+            assert!(FAST.contains(&qk) && FAST.contains(&v), "{qk:?} {v:?}");
+            // One row length serves both: their blocks divide the same rows.
+            let (a, b) = (qk.block_size(), v.block_size());
+            assert!(a.max(b) % a.min(b) == 0, "{qk:?} {v:?}");
+        }
     }
 
     #[test]

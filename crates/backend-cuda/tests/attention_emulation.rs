@@ -128,9 +128,10 @@ fn flash_attention_is_within_the_f32_bound() {
 }
 
 /// The short decode kernels (`attention_decode_64` / `_128` / `_256`: one block per row and KV
-/// head, f32)
-/// within the bound verify holds them to, on contexts up to 128 keys (windows, masks, GQA
-/// groups up to 8), with their fused output quantization. A perturbed output is caught.
+/// head, or per row and a slice of its query heads, f32) within the bound verify holds them to,
+/// on contexts up to 128 keys (windows, masks, GQA groups up to 8), with their fused output
+/// quantization; every split of a group bitwise the whole group's. A perturbed output, and a
+/// split one ulp off, are caught.
 #[test]
 fn decode_attention_is_within_the_f32_bound() {
     if !gxx_or_skip() {
@@ -157,7 +158,30 @@ fn decode_attention_is_within_the_f32_bound() {
             decode_ok >= if long { 1 } else { 4 },
             "heads of {hd}:\n{text}"
         );
+        assert!(!text.contains("NOT bitwise"), "heads of {hd}:\n{text}");
+        if !long {
+            // Some case had a group to split: its one-head blocks ran and matched.
+            assert!(
+                text.lines()
+                    .any(|l| l.contains(" heads a block 1: within bounds (0 scores, 0 outputs")),
+                "heads of {hd}:\n{text}"
+            );
+        }
     }
+    let mut cmd = Command::new("bash");
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../bench/attn_emu/run.sh"
+    ))
+    .args(["2", "3"])
+    .env("HD", "64")
+    .env("ATTN_EMU_PERTURB_SPLIT", "1");
+    let out = cmd.output().expect("bash runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !out.status.success() && text.contains("NOT bitwise the whole group's"),
+        "a split one ulp off passed:\n{text}"
+    );
     let (ok, text) = emulate("1", "7", true, Some("64"));
     assert!(!ok, "a perturbed output passed:\n{text}");
     assert!(

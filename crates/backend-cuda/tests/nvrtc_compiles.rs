@@ -88,6 +88,11 @@ fn kernels_compile_for_sm90() {
     ] {
         assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");
     }
+    // Every two-type q/k/v kernel the host loads is built (kernels.cu MIXED_QKV_FOR).
+    for &(qk, v) in plan::MIXED_QKV {
+        let k = format!("norm_mmv3_fast1_{}_{}", qk.id(), v.id());
+        assert!(regs.iter().any(|(n, _)| *n == k), "no report for {k}");
+    }
 }
 
 /// nvdisasm: `LOCKSTEP_NVDISASM`, else on PATH, else beside a libnvrtc directory of
