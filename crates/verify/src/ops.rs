@@ -1621,7 +1621,8 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         }
     }
     // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
-    // another type (Q4_K_M), the longest fused row with a post norm, Gemma-3's feed-forward
+    // another type (Q4_K_M; cuda: the two-type kernels of plan::MIXED_QKV, Gemma-3's Q5_0 / Q8_0
+    // with its post norm, Q5_K_M's), the longest fused row with a post norm, Gemma-3's feed-forward
     // (one wave of 32-row blocks: the activation quantized in the same launch), a feed-forward
     // too large for that, a K-quant one; then Llama's rows and three rows (the separate ops on
     // cuda).
@@ -1629,6 +1630,8 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     for (ty, v_ty, n, g, m, post) in [
         (q41, Some(q41), 1usize, 576usize, 64usize, false),
         (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 1024, 128, false),
+        (GgmlType::Q5_0, Some(GgmlType::Q8_0), 1, 640, 1024, true),
+        (GgmlType::Q5K, Some(GgmlType::Q6K), 1, 512, 64, false),
         (GgmlType::Q8_0, Some(GgmlType::Q8_0), 1, 1024, 64, true),
         (GgmlType::Q5_0, None, 1, 640, 2048, true),
         (GgmlType::Q8_0, None, 1, 256, 4352, false),
