@@ -3053,10 +3053,15 @@ impl Backend for CudaBackend {
                 let m = gate.rows;
                 // Blocks of 32 rows that also quantize the activation for the down projection
                 // where they fit one wave, as `gate_up_act` decides; only for the 32-value
-                // block types, whose first weight units fit the registers of such a block.
+                // block types, whose first weight units fit the registers of such a block, and
+                // after a single norm (`plan::norm_fused_gate_up_quantizes`).
                 let quantizes = gate_up_q8_knob()
-                    && plan::gate_up_quantizes(1, m, self.k.n_sms)
-                    && plan::norm_gate_up_quantizes(gate.desc.id);
+                    && plan::norm_fused_gate_up_quantizes(
+                        m,
+                        self.k.n_sms,
+                        gate.desc.id,
+                        post.is_some(),
+                    );
                 let list = if quantizes {
                     &self.k.norm_gu_q8
                 } else {

@@ -158,6 +158,17 @@ pub fn norm_gate_up_quantizes(id: i32) -> bool {
     .any(|t| t.id() as i32 == id)
 }
 
+/// Whether a one-row norm-fused gate/up of `m` rows of type `id` runs the 32-row quantizing
+/// blocks (`norm_gate_up_q8_fast1`): where `gate_up_quantizes` and `norm_gate_up_quantizes`
+/// allow, and only after a single norm. Each block runs the whole norm prologue before its rows;
+/// with a post norm too (Gemma-3's sandwich norms) that prologue is twice as long, and 64
+/// such blocks of 1024 threads, one an SM, cost more than the 8-row blocks and the separate
+/// quantizer: Gemma-3 1406 tok/s against 1492 (three rounds each, H100, BENCHMARKS.md
+/// session 15), SmolLM2 (no post norm) 1623 against 1601.
+pub fn norm_fused_gate_up_quantizes(m: usize, n_sms: usize, id: i32, post_norm: bool) -> bool {
+    !post_norm && gate_up_quantizes(1, m, n_sms) && norm_gate_up_quantizes(id)
+}
+
 /// Threads of a block of a norm-fused consumer that is not `gate_up_q8`'s 32-row shape: the
 /// norm's own block ([`norm_threads`]), at least [`FAST_THREADS`]; one warp a weight row.
 pub fn norm_fused_threads(g: usize) -> u32 {
@@ -1198,6 +1209,19 @@ mod tests {
         assert_eq!(norm_fused_threads(576), 256);
         assert!(norm_gate_up_quantizes(GgmlType::Q4_1.id() as i32));
         assert!(!norm_gate_up_quantizes(GgmlType::Q4K.id() as i32));
+        // SmolLM2's feed-forward quantizes in its fused gate/up; Gemma-3's (a post norm in the
+        // prologue) and a K-quant one do not, nor one of more than a wave of 32-row blocks.
+        let (q41, q50) = (GgmlType::Q4_1.id() as i32, GgmlType::Q5_0.id() as i32);
+        assert!(norm_fused_gate_up_quantizes(1536, 132, q41, false));
+        assert!(norm_fused_gate_up_quantizes(2048, 132, q50, false));
+        assert!(!norm_fused_gate_up_quantizes(2048, 132, q50, true));
+        assert!(!norm_fused_gate_up_quantizes(
+            1536,
+            132,
+            GgmlType::Q4K.id() as i32,
+            false
+        ));
+        assert!(!norm_fused_gate_up_quantizes(8192, 132, q41, false));
         // 4096 rows: 1024 blocks of 4 warps, several per SM on 132 SMs.
         assert_eq!(fast_grid(1, 4096), (1024, 1));
         // SmolLM2 (1536) and Gemma-3-270M (2048) feed-forwards quantize in gate/up; Llama's

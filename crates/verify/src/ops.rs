@@ -1623,9 +1623,9 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
     // another type (Q4_K_M; cuda: the two-type kernels of plan::MIXED_QKV, Gemma-3's Q5_0 / Q8_0
     // with its post norm, Q5_K_M's), the longest fused row with a post norm, Gemma-3's feed-forward
-    // (one wave of 32-row blocks: the activation quantized in the same launch), a feed-forward
-    // too large for that, a K-quant one; then Llama's rows and three rows (the separate ops on
-    // cuda).
+    // (after two norms: cuda's 8-row blocks and the separate quantizer), SmolLM2's (one wave
+    // of 32-row blocks: the activation quantized in the same launch), a feed-forward too large
+    // for that, a K-quant one; then Llama's rows and three rows (the separate ops on cuda).
     let q41 = GgmlType::Q4_1;
     for (ty, v_ty, n, g, m, post) in [
         (q41, Some(q41), 1usize, 576usize, 64usize, false),
@@ -1634,6 +1634,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (GgmlType::Q5K, Some(GgmlType::Q6K), 1, 512, 64, false),
         (GgmlType::Q8_0, Some(GgmlType::Q8_0), 1, 1024, 64, true),
         (GgmlType::Q5_0, None, 1, 640, 2048, true),
+        (GgmlType::Q4_1, None, 1, 576, 1536, false),
         (GgmlType::Q8_0, None, 1, 256, 4352, false),
         (GgmlType::Q6K, None, 1, 768, 64, false),
         (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 4096, 64, false),
