@@ -1,9 +1,7 @@
 #!/bin/bash
-# Session 15, profiling before any change: where a graph-replayed decode step's time goes.
-# Nsight Systems (graph nodes traced) gives each kernel's start and end inside the replay; a
-# kernel's share of the step is its end minus the previous kernel's end (what it adds to the
-# critical path, PDL overlap included). Nsight Compute (eager, serialized) gives each kernel's
-# own time and DRAM bandwidth.
+# Session 15, profiling before any change: Nsight Compute (eager, serialized) gives each decode
+# kernel's own time and DRAM bandwidth. The call also looked for Nsight Systems (a timeline of
+# graph replays); the device has none ("nsys: none"), so that branch never ran and is gone.
 set -u
 B=${LOCKSTEP:-./.device/lockstep}
 O=${OUT:-/tmp/s15}; mkdir -p $O
@@ -19,16 +17,6 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 for m in smol gemma3 l1b; do
   echo "-- $m: $($B bench --backend cuda -m /tmp/$m.gguf -p 0 -n 128 -r 3 2>&1 | grep -E '\| tg' | tr -s ' ')"
 done; el
-if [ -n "$NSYS" ]; then
-  for m in smol gemma3 l1b l8b4; do
-    $NSYS profile --cuda-graph-trace=node -t cuda -o $O/ns-$m --force-overwrite true \
-      $B bench --backend cuda -m /tmp/$m.gguf -p 0 -n 64 -r 1 > /dev/null 2>&1
-    $NSYS export --type sqlite -o $O/ns-$m.sqlite --force-overwrite true $O/ns-$m.nsys-rep > /dev/null 2>&1
-    python3 bench/nsys_steps.py $O/ns-$m.sqlite > $O/steps-$m.txt 2>&1
-    echo "== $m (nsys, graph replay)"; head -40 $O/steps-$m.txt
-    rm -f $O/ns-$m.nsys-rep $O/ns-$m.sqlite
-  done
-fi
 el
 for m in gemma3 smol; do
   LOCKSTEP=$B bash bench/ncu_decode.sh /tmp/$m.gguf 250 2000 > $O/ncu-$m.txt 2>&1
