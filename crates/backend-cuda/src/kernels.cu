@@ -2962,6 +2962,86 @@ NORM_FUSED_Q8(7)
 NORM_FUSED_Q8(8)
 
 // ============================================================================================
+// RESIDUAL NORM AT THE END OF ITS PRODUCER (Backend::matmul_residual_norm_then, one activation
+// row of more than NORM_FUSED_MAX values, where the norm inside every consumer block does not
+// pay): the block's last mat-vec, in blocks of residual_norm's own size, and the block of it
+// that finishes last (a counter every block bumps after its rows) runs residual_norm's code on
+// the row all the blocks wrote, sparing residual_norm's launch and its wait for this grid.
+// Every output (the sum, the norm and its quantization) is bitwise residual_norm's. No post
+// norm (the host keeps those to residual_norm). Measured (session 16): no faster than the two
+// launches on the H100 (Llama-1B 2% slower, the 8B the same): residual_norm's cost in a step
+// graph is its own serial work, which this only moves.
+// ============================================================================================
+#define NORM_TAIL_NV 4
+
+// Whether this block finished last; `done` counts the grid's finished blocks and is left 0 for
+// the next launch. The fences order every block's output writes before its count, and the
+// last block's reads after the count it saw.
+__device__ __forceinline__ bool norm_tail_last(unsigned* done) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        bool l = atomicAdd(done, 1u) == gridDim.x - 1;
+        if (l) *done = 0u;
+        last = l;
+    }
+    __syncthreads();
+    bool l = last;
+    if (l) __threadfence();
+    return l;
+}
+
+// residual_norm's stages for one row of g values by a block of exactly residual_norm's nt =
+// plan::norm_threads(g) threads, its code: b (the other blocks' products) through L2.
+__device__ __forceinline__ void residual_norm_tail(const float* a, const float* b, float* sum,
+                                                   const float* w, float* out, int g, float eps,
+                                                   signed char* q, Q8Blk* ds) {
+    int t = threadIdx.x, bd = blockDim.x;
+    float av[NORM_TAIL_NV], bv[NORM_TAIL_NV], r[NORM_TAIL_NV];
+#pragma unroll
+    for (int i = 0; i < NORM_TAIL_NV; i++) {
+        bool in = t + i * bd < g;
+        av[i] = in ? __ldcg(a + t + i * bd) : 0.0f;
+        bv[i] = in ? __ldcg(b + t + i * bd) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < NORM_TAIL_NV; i++) {
+        av[i] = av[i] + bv[i];
+        if (t + i * bd < g) sum[t + i * bd] = av[i];
+    }
+    norm_regs<NORM_TAIL_NV>(av, w, out, g, eps, q, ds, 0, r, bd);
+}
+
+// mmv_norm_fast1_<id>: mmv_fast1_<id> (y = the product, m rows, one warp a row) in blocks of
+// nt = plan::norm_threads(m) threads, then, in the block that finishes last, residual_norm(a,
+// y) normed by nw into sum, out and its quantization (q, ds), as residual_norm's block of nt
+// threads runs it; m at most NORM_TAIL_NV * nt (plan::norm_tail_fits).
+#define MMV_NORM(TY)                                                                              \
+    extern "C" __global__ void __launch_bounds__(1024) mmv_norm_fast1_##TY(                      \
+        const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int k, int m,             \
+        const float* a, float* sum, const float* nw, float* out, float eps, int nt,              \
+        signed char* q, Q8Blk* ds, unsigned* done) {                                             \
+        GRID_LAUNCH();                                                                           \
+        int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);                              \
+        if (r < m)                                                                               \
+            fast_rows<TY, 1, false, true>(W, nullptr, xq, xd, y, nullptr, nullptr, 0, k, m, r, 0, \
+                                          0.0);                                                  \
+        else                                                                                     \
+            GRID_WAIT(); /* the tail reads what kernels before wrote */                          \
+        if (!norm_tail_last(done)) return;                                                       \
+        residual_norm_tail(a, y, sum, nw, out, m, eps, q, ds);                                   \
+    }
+MMV_NORM(2)
+MMV_NORM(3)
+MMV_NORM(6)
+MMV_NORM(7)
+MMV_NORM(8)
+MMV_NORM(12)
+MMV_NORM(13)
+MMV_NORM(14)
+
+// ============================================================================================
 // LOGITS REDUCTION (LogitsOut::Top): per logits row, its k largest entries in the sampler's
 // order and the monitors' statistics, so that only those cross to the host. The definition is
 // LogitsSummary::of_row (crates/graph/src/logits.rs): the same ids and values, bit for bit.
