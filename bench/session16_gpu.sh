@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 16, first call: residual_norm at the end of its producer (matmul_residual_norm_then:
+# Session 16 (the code is commit 406be12, reverted after): residual_norm at the end of its producer (matmul_residual_norm_then:
 # the o and down mat-vecs' last block runs the norm on Llama's rows of 2048 / 4096). Changes no
 # value: run with LOCKSTEP_CUDA_NORM_TAIL=0 must give the same tokens. check --ops; diff and
 # isolation on cut Llama shapes; check's invariances; tg128 with the knob on and off. (The first

@@ -282,9 +282,6 @@ struct Kernels {
     mixed_mm3: Vec<((i32, i32), CudaFunction)>,
     norm_gu: Vec<(i32, CudaFunction)>,
     norm_gu_q8: Vec<(i32, CudaFunction)>,
-    /// Per type with a fast kernel: the one-row mat-vec whose last block runs the
-    /// `residual_norm` that takes its product (`matmul_residual_norm_then`).
-    mmv_norm: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
@@ -509,14 +506,6 @@ pub struct CudaBackend {
     /// its own: the kernel reads its input's quantization from `q8`), and that tensor's id.
     q8_act: RefCell<Option<CudaSlice<u8>>>,
     q8_act_of: std::cell::Cell<Option<u64>>,
-    /// The norm a one-row mat-vec's last block quantized for its consumer
-    /// (`matmul_residual_norm_then`: a buffer of its own, as the mat-vec reads its input's
-    /// quantization from `q8` or `q8_act` and the consumer may write `q8_act`), and that
-    /// tensor's id.
-    q8_norm: RefCell<Option<CudaSlice<u8>>>,
-    q8_norm_of: std::cell::Cell<Option<u64>>,
-    /// `mmv_norm_fast1`'s count of finished blocks (each launch leaves it 0).
-    tail_done: RefCell<CudaSlice<u32>>,
     next_id: std::cell::Cell<u64>,
     /// Where the CUBIN came from: `cache` or `nvrtc` (for `doctor`-style reports).
     pub kernel_origin: &'static str,
@@ -732,7 +721,6 @@ impl CudaBackend {
         }
         let mut norm_gu = Vec::new();
         let mut norm_gu_q8 = Vec::new();
-        let mut mmv_norm = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
             let pair = |op: &str| -> Result<FastPair, BackendError> {
@@ -747,7 +735,6 @@ impl CudaBackend {
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
             norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
             norm_gu.push((id as i32, f(&format!("norm_gate_up_fast1_{id}"))?));
-            mmv_norm.push((id as i32, f(&format!("mmv_norm_fast1_{id}"))?));
             if plan::norm_gate_up_quantizes(id as i32) {
                 norm_gu_q8.push((id as i32, f(&format!("norm_gate_up_q8_fast1_{id}"))?));
             }
@@ -802,7 +789,6 @@ impl CudaBackend {
             mixed_mm3,
             norm_gu,
             norm_gu_q8,
-            mmv_norm,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
@@ -847,9 +833,6 @@ impl CudaBackend {
                 ran: std::cell::Cell::new(false),
             })
         };
-        let tail_done = stream
-            .alloc_zeros::<u32>(1)
-            .map_err(|e| unavailable(format!("norm tail counter: {e}")))?;
         let base_name = match (numerics, opts.deterministic) {
             (Numerics::Exact, _) => "cuda-exact",
             (Numerics::Fast, true) => "cuda-det",
@@ -871,9 +854,6 @@ impl CudaBackend {
             q8_of: std::cell::Cell::new(None),
             q8_act: RefCell::new(None),
             q8_act_of: std::cell::Cell::new(None),
-            q8_norm: RefCell::new(None),
-            q8_norm_of: std::cell::Cell::new(None),
-            tail_done: RefCell::new(tail_done),
             next_id: std::cell::Cell::new(0),
             kernel_origin,
             programmatic: maj >= 9 && graph_exec::pdl_enabled(),
@@ -1955,9 +1935,6 @@ impl CudaBackend {
         if self.q8_act_of.get() == Some(x.id) {
             return self.q8_act.borrow();
         }
-        if self.q8_norm_of.get() == Some(x.id) {
-            return self.q8_norm.borrow();
-        }
         self.quantize_q8(x);
         self.q8.borrow()
     }
@@ -2058,19 +2035,6 @@ impl CudaBackend {
             *q8 = Some(self.alloc::<u8>("gate_up quantization", bytes.next_power_of_two()));
         }
         self.q8_act_of.set(None);
-        q8
-    }
-
-    /// The tail norm's quantization buffer with room for one row of `g`, its contents
-    /// forgotten (grown as `q8_room` grows the scratch buffer).
-    fn q8_norm_room(&self, g: usize) -> std::cell::RefMut<'_, Option<CudaSlice<u8>>> {
-        let bytes = plan::q8_bytes(1, g);
-        let mut q8 = self.q8_norm.borrow_mut();
-        if q8.as_ref().is_none_or(|b| b.len() < bytes) {
-            self.drop_step_graphs("norm quantization");
-            *q8 = Some(self.alloc::<u8>("norm quantization", bytes.next_power_of_two()));
-        }
-        self.q8_norm_of.set(None);
         q8
     }
 
@@ -3167,101 +3131,6 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn matmul_residual_norm_then(
-        &self,
-        x: &CudaTensor,
-        w: &CudaWeight,
-        a: &CudaTensor,
-        post: Option<&CudaWeight>,
-        next: &CudaWeight,
-        eps: f32,
-        then: NormThen<'_, CudaWeight>,
-    ) -> (CudaTensor, ResidualThen<CudaTensor>) {
-        let (k, g) = (x.cols, w.rows);
-        let kernel = self
-            .k
-            .mmv_norm
-            .iter()
-            .find(|(id, _)| *id == w.desc.id)
-            .map(|(_, f)| f)
-            .filter(|_| {
-                norm_tail_knob()
-                    && self.numerics == Numerics::Fast
-                    && x.rows == 1
-                    && w.cols == k
-                    && a.rows == 1
-                    && a.cols == g
-                    && post.is_none()
-                    && next.rows == 1
-                    && next.cols == g
-                    && plan::norm_tail_fits(g)
-            });
-        let Some(f) = kernel else {
-            let y = self.matmul(x, w);
-            let r = self.residual_norm_then(a, &y, post, next, eps, then);
-            return (y, r);
-        };
-        let mut y = self.alloc_f32("matmul", g);
-        let mut sum = self.alloc_f32("add", g);
-        let mut out = self.alloc_f32("rms_norm", g);
-        {
-            let q8 = self.q8_for(x);
-            let Some(buf) = q8.as_ref() else {
-                unreachable!("quantize_q8 allocates it")
-            };
-            let (qv, dv) = (buf.slice(..k), buf.slice(k..plan::q8_bytes(1, k)));
-            let mut nq = self.q8_norm_room(g);
-            let Some(nbuf) = nq.as_mut() else {
-                unreachable!("allocated above")
-            };
-            let (mut q, mut d) = nbuf.split_at_mut(g);
-            let mut done = self.tail_done.borrow_mut();
-            let (ki, gi, nt) = (k as i32, g as i32, plan::norm_threads(g) as i32);
-            let mut l = self.stream.launch_builder(f);
-            l.arg(&w.data)
-                .arg(&qv)
-                .arg(&dv)
-                .arg(&mut y)
-                .arg(&ki)
-                .arg(&gi)
-                .arg(a.buf())
-                .arg(&mut sum)
-                .arg(self.vector(next, "rms_norm"))
-                .arg(&mut out)
-                .arg(&eps)
-                .arg(&nt)
-                .arg(&mut q)
-                .arg(&mut d)
-                .arg(&mut *done);
-            let cfg = LaunchConfig {
-                grid_dim: ((g as u32).div_ceil(nt as u32 / 32), 1, 1),
-                block_dim: (nt as u32, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: the weight is g rows of k encoded values (checked), the quantized input
-            // 1 x k with its block table; y, a, sum, out and the norm weights one row of g
-            // values (checked), g within `plan::norm_tail_fits` (NORM_TAIL_NV * nt, blocks of
-            // nt threads, one warp a row), the norm's
-            // quantization room for q8_bytes(1, g); `done` one counter, left 0 by every launch.
-            unsafe { l.launch(cfg) }
-                .unwrap_or_else(|e| device_failure("matmul_residual_norm_then", e));
-        }
-        let y = self.tensor("matmul", y, 1, g);
-        let normed = self.tensor("rms_norm", out, 1, g);
-        self.q8_norm_of.set(Some(normed.id));
-        let outs = match then {
-            NormThen::Qkv { wq, wk, wv } => self.matmul_qkv(&normed, wq, wk, wv),
-            NormThen::GateUp { gate, up, act } => self.gate_up_act(&normed, gate, up, act),
-        };
-        let r = ResidualThen {
-            post: None,
-            sum: self.tensor("add", sum, 1, g),
-            normed,
-            outs,
-        };
-        (y, r)
-    }
-
     fn matmul_qkv(
         &self,
         x: &CudaTensor,
@@ -4053,14 +3922,6 @@ fn act_args(act: Activation) -> (i32, f64) {
 /// Whether one-row `residual_norm_then` runs its norm inside the consumer's kernel
 /// (`plan::norm_fuses`); `LOCKSTEP_CUDA_NORM_FUSE=0` runs `residual_norm` then the consumer
 /// (the same values bitwise), for comparison. Read once.
-/// Whether one-row `matmul_residual_norm_then` runs the norm at the end of the product's
-/// kernel (`plan::norm_tail_fits`): `LOCKSTEP_CUDA_NORM_TAIL=0` runs `matmul` then
-/// `residual_norm_then` (bitwise the same values).
-fn norm_tail_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_TAIL").map_or(true, |v| v != "0"))
-}
-
 fn norm_fuse_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_FUSE").map_or(true, |v| v != "0"))
@@ -4167,10 +4028,6 @@ mod tests {
                     "{name} {ty}"
                 );
             }
-            assert!(
-                KERNEL_SOURCE.contains(&format!("\nMMV_NORM({})", ty.id())),
-                "mmv_norm_fast1 {ty}"
-            );
         }
         for name in ["quantize_q8_32", "q8_values"] {
             assert!(

@@ -142,23 +142,6 @@ pub fn norm_fuses(n: usize, g: usize) -> bool {
     n == 1 && g >= 32 && g.is_multiple_of(32) && g <= NORM_FUSED_MAX
 }
 
-/// Values a thread of `residual_norm`'s block holds at most in the norm at a producer's end
-/// (kernels.cu `NORM_TAIL_NV`).
-pub const NORM_TAIL_NV: usize = 4;
-
-/// Whether `matmul_residual_norm_then` runs the norm at the end of its one-row product
-/// (`mmv_norm_fast1`: blocks of `residual_norm`'s [`norm_threads`]`(g)` threads, the last to
-/// finish running `residual_norm`'s code): rows of exactly [`NORM_TAIL_NV`] values a norm
-/// thread that [`norm_fuses`] does not run inside the consumer: Llama's 2048 and 4096.
-pub fn norm_tail_fits(g: usize) -> bool {
-    let nt = norm_threads(g) as usize;
-    let per = nt / FAST_THREADS as usize;
-    g == NORM_TAIL_NV * nt
-        && nt.is_multiple_of(FAST_THREADS as usize)
-        && (2..=8).contains(&per)
-        && !norm_fuses(1, g)
-}
-
 /// Whether a norm-fused gate/up of weight type `id` may take `gate_up_q8`'s 32-row blocks
 /// (that also quantize the activation): the 32-value block types, whose first weight units
 /// (loaded before the grid wait, both weights) fit a 1024-thread block's registers; the
@@ -811,23 +794,6 @@ pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
     use lockstep_graph::BatchSeq;
-
-    #[test]
-    fn the_norm_runs_at_its_producers_end_for_llamas_rows() {
-        // Llama-1B's 2048 and the 8B's 4096: residual_norm's blocks of 512 and 1024 threads,
-        // four and eight of the mat-vec's 128 a thread, four values each.
-        for g in [2048usize, 4096] {
-            assert!(norm_tail_fits(g), "{g}");
-            let nt = norm_threads(g) as usize;
-            assert_eq!(nt * NORM_TAIL_NV, g);
-            assert!(nt / FAST_THREADS as usize <= 8);
-        }
-        // SmolLM2's 576, Gemma-3's 640 and rows up to 1024 keep the norm in the consumer;
-        // rows not of four values a norm thread, or past 4096, keep residual_norm.
-        for g in [576usize, 640, 1024, 512, 256, 2080, 3072, 8192, 14336] {
-            assert!(!norm_tail_fits(g), "{g}");
-        }
-    }
 
     #[test]
     fn flash_attention_runs_prefills_of_the_heads_it_has_kernels_for() {

@@ -46,9 +46,6 @@ fn kernels_compile_for_sm90() {
             1024
         } else if name == "rope_store" {
             plan::norm_threads(plan::ROPE_MAX_HEAD)
-        } else if name.starts_with("mmv_norm_fast1_") {
-            // residual_norm's block: plan::norm_threads(4096).
-            1024
         } else if name.starts_with("gate_up_q8_fast1_") || name.starts_with("norm_gate_up_q8") {
             // One warp per row of a 32-row output block (plan::GATE_UP_Q8_THREADS).
             1024
@@ -74,11 +71,7 @@ fn kernels_compile_for_sm90() {
         );
     }
     for (name, n) in regs.iter().filter(|(n, _)| {
-        n.starts_with("gate_up_q8")
-            || n.starts_with("attention_decode")
-            || n.starts_with("norm_")
-            || n.starts_with("mmv_norm")
-            || n.starts_with("mmv_fast1")
+        n.starts_with("gate_up_q8") || n.starts_with("attention_decode") || n.starts_with("norm_")
     }) {
         eprintln!("{name}: {n} registers");
     }

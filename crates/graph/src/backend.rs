@@ -279,26 +279,6 @@ pub trait Backend {
     ) -> ResidualThen<Self::Tensor> {
         residual_norm_then_unfused(self, a, b, post, next, eps, then)
     }
-    /// A block's last product `x W^T` and the `residual_norm_then` that takes it as `b`, in
-    /// one op; returns the product (for its tap) and `residual_norm_then`'s outputs. A backend
-    /// may run the norm at the end of the product's kernel (cuda, one row: the block that
-    /// finishes last norms the row the others wrote); every output must be bitwise what
-    /// `matmul` then `residual_norm_then` give, which is what this default does.
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_residual_norm_then(
-        &self,
-        x: &Self::Tensor,
-        w: &Self::Weight,
-        a: &Self::Tensor,
-        post: Option<&Self::Weight>,
-        next: &Self::Weight,
-        eps: f32,
-        then: NormThen<'_, Self::Weight>,
-    ) -> (Self::Tensor, ResidualThen<Self::Tensor>) {
-        let y = self.matmul(x, w);
-        let r = self.residual_norm_then(a, &y, post, next, eps, then);
-        (y, r)
-    }
     /// Everything between the q/k/v projections and attention, in one op: the optional
     /// per-head norms of q and k, their rotary embedding, and the store of the rotated k and of
     /// v into the cache (`kv_store`). Each output, and what reaches the cache, bitwise what the

@@ -152,12 +152,13 @@ fn forward_ops<B: Backend>(
         };
         let kqv = b.attention(cache, il, &q, batch, attn, taps)?;
         taps.emit_layer(il, "kqv", || b.to_host(&kqv));
-        // The output projection, the optional post norm, the residual add, the feed-forward
-        // norm, and gate, up and the activation on it: one op.
-        let (attn_out, r) = b.matmul_residual_norm_then(
-            &kqv,
-            &w.wo,
+        let attn_out = b.matmul(&kqv, &w.wo);
+        taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));
+        // The optional post norm, the residual add, the feed-forward norm, and gate, up and
+        // the activation on it: one op.
+        let r = b.residual_norm_then(
             &x,
+            &attn_out,
             w.post_attn_norm.as_ref(),
             &w.ffn_norm,
             cfg.rms_eps,
@@ -167,7 +168,6 @@ fn forward_ops<B: Backend>(
                 act: cfg.activation,
             },
         );
-        taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));
         if let Some(p) = &r.post {
             taps.emit_layer(il, "attn_post_norm", || b.to_host(p));
         }
@@ -181,15 +181,16 @@ fn forward_ops<B: Backend>(
         taps.emit_layer(il, "ffn_gate", || b.to_host(&gate));
         taps.emit_layer(il, "ffn_up", || b.to_host(&up));
         taps.emit_layer(il, "ffn_act", || b.to_host(&act));
-        // The down projection, the optional post norm, the residual add, and the norm that
-        // follows: the next layer's attention norm (with that layer's q/k/v projections, one
-        // op), or after the last layer the output norm when every row goes to the head
-        // (decode), so the head's input needs no row selection.
+        let ffn_out = b.matmul(&act, &w.ffn_down);
+        taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
+        // The optional post norm, the residual add, and the norm that follows: the next
+        // layer's attention norm (with that layer's q/k/v projections, one op), or after the
+        // last layer the output norm when every row goes to the head (decode), so the head's
+        // input needs no row selection.
         if let Some(n) = model.layers.get(il + 1) {
-            let (ffn_out, r) = b.matmul_residual_norm_then(
-                &act,
-                &w.ffn_down,
+            let r = b.residual_norm_then(
                 &ffn_inp,
+                &ffn_out,
                 w.post_ffn_norm.as_ref(),
                 &n.attn_norm,
                 cfg.rms_eps,
@@ -199,7 +200,6 @@ fn forward_ops<B: Backend>(
                     wv: &n.wv,
                 },
             );
-            taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
             if let Some(p) = &r.post {
                 taps.emit_layer(il, "ffn_post_norm", || b.to_host(p));
             }
@@ -209,8 +209,6 @@ fn forward_ops<B: Backend>(
             next_qkv = Some(r.outs);
             continue;
         }
-        let ffn_out = b.matmul(&act, &w.ffn_down);
-        taps.emit_layer(il, "ffn_out", || b.to_host(&ffn_out));
         let r = b.residual_norm(
             &ffn_inp,
             &ffn_out,

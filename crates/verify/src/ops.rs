@@ -915,11 +915,7 @@ impl<'b, B: Backend> Harness<'b, B> {
     /// products on B's normed row (quantized as B's arithmetic declares), the activation on
     /// B's own products, and (gate/up) the down projection on B's activation, which reads the
     /// quantization the fused kernel may have left. `v_ty`: q/k/v with v of that type, rows
-    /// m, m / 4, m / 4; none: gate/up of m rows. `producer`: the block's output `b` is B's
-    /// product of activations of that length with a weight of that type
-    /// (`matmul_residual_norm_then`; cuda: for one row, the norm at the end of the product's
-    /// kernel), checked against the reference, and the stages after it on B's product.
-    #[allow(clippy::too_many_arguments)]
+    /// m, m / 4, m / 4; none: gate/up of m rows.
     fn norm_then_case(
         &mut self,
         ty: GgmlType,
@@ -928,12 +924,8 @@ impl<'b, B: Backend> Harness<'b, B> {
         g: usize,
         m: usize,
         post: bool,
-        producer: Option<(GgmlType, usize)>,
     ) {
-        let op = match producer {
-            Some(_) => "matmul_residual_norm_then",
-            None => "residual_norm_then",
-        };
+        let op = "residual_norm_then";
         if !self.wants(op, ty.name()) {
             return;
         }
@@ -954,11 +946,7 @@ impl<'b, B: Backend> Harness<'b, B> {
             None => format!("gate/up {} [{m}] {act:?}", ty.name()),
         };
         let shape = format!(
-            "{}[{n}, {g}]{}, then {consumer}",
-            match producer {
-                Some((pt, k)) => format!("{} [{g}, {k}] into ", pt.name()),
-                None => String::new(),
-            },
+            "[{n}, {g}]{}, then {consumer}",
             if post { ", post norm" } else { "" }
         );
         let adata = self.rng.activations(n, g);
@@ -999,46 +987,10 @@ impl<'b, B: Backend> Harness<'b, B> {
                 act,
             },
         };
+        let r = self
+            .b
+            .residual_norm_then(&ba, &bb, post.then_some(&pw.0), &nw.0, 1e-6, then);
         let arith = self.arith;
-        let (r, rb) = match producer {
-            None => {
-                let r =
-                    self.b
-                        .residual_norm_then(&ba, &bb, post.then_some(&pw.0), &nw.0, 1e-6, then);
-                (r, rb)
-            }
-            Some((pt, k)) => {
-                let xdata = self.rng.activations(n, k);
-                let wdata: Vec<f32> = (0..g * k).map(|_| self.rng.normal(0.05)).collect();
-                let (bx, rx) = match self.upload(n, k, &xdata) {
-                    Ok(x) => x,
-                    Err(e) => return self.error(op, shape, pt.name(), e.to_string(), false),
-                };
-                let (bw, rw) = match self.weight(pt, g, k, &wdata) {
-                    Ok(w) => w,
-                    Err(e) => return self.error(op, shape, pt.name(), e, true),
-                };
-                let (y, r) = self.b.matmul_residual_norm_then(
-                    &bx,
-                    &bw,
-                    &ba,
-                    post.then_some(&pw.0),
-                    &nw.0,
-                    1e-6,
-                    then,
-                );
-                let gy = self.b.to_host(&y);
-                let xq = if quantizes(arith, pt) {
-                    quantize_q8_f32(&rx)
-                } else {
-                    rx
-                };
-                let exp = self.r.matmul(&xq, &rw);
-                let bound = matmul_bound(arith, &column_squares(&rw.data, k), &xq, &exp);
-                self.record(op, format!("{shape}: product"), pt.name(), &exp, &gy, bound);
-                (r, gy)
-            }
-        };
         let addend = match (&r.post, post) {
             (Some(p), true) => {
                 let got = self.b.to_host(p);
@@ -1689,98 +1641,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (GgmlType::Q4K, None, 1, 2048, 64, false),
         (GgmlType::Q4_0, Some(GgmlType::Q4_0), 3, 256, 64, false),
     ] {
-        h.norm_then_case(ty, v_ty, n, g, m, post, None);
-    }
-    // The norm at the end of its producer (cuda: one row of Llama's 4096 or 2048 values, the
-    // mat-vec's last block): the 8B's down projection (Q6_K, rows of 14336) before q/k/v with
-    // v in Q6_K, its output projection (Q4_K) before gate/up, the other fast types' producers
-    // at 2048 and 4096; then a short row (the consumer's fusion on cuda), a post norm and
-    // three rows (the separate ops on cuda).
-    for (pt, k, ty, v_ty, n, g, m, post) in [
-        (
-            GgmlType::Q6K,
-            14336usize,
-            GgmlType::Q4K,
-            Some(GgmlType::Q6K),
-            1usize,
-            4096usize,
-            64usize,
-            false,
-        ),
-        (
-            GgmlType::Q4K,
-            4096,
-            GgmlType::Q4K,
-            None,
-            1,
-            4096,
-            256,
-            false,
-        ),
-        (
-            GgmlType::Q8_0,
-            2048,
-            GgmlType::Q8_0,
-            None,
-            1,
-            2048,
-            128,
-            false,
-        ),
-        (
-            GgmlType::Q5_0,
-            1024,
-            GgmlType::Q5_0,
-            Some(GgmlType::Q5_0),
-            1,
-            2048,
-            64,
-            false,
-        ),
-        (
-            GgmlType::Q4_0,
-            2048,
-            GgmlType::Q4_0,
-            None,
-            1,
-            2048,
-            64,
-            false,
-        ),
-        (
-            GgmlType::Q5_1,
-            2048,
-            GgmlType::Q5_1,
-            Some(GgmlType::Q5_1),
-            1,
-            2048,
-            64,
-            false,
-        ),
-        (
-            GgmlType::Q5K,
-            1024,
-            GgmlType::Q5K,
-            Some(GgmlType::Q6K),
-            1,
-            4096,
-            64,
-            false,
-        ),
-        (
-            GgmlType::Q4_1,
-            1536,
-            GgmlType::Q4_1,
-            Some(GgmlType::Q4_1),
-            1,
-            576,
-            64,
-            false,
-        ),
-        (GgmlType::Q4K, 512, GgmlType::Q4K, None, 1, 2048, 64, true),
-        (GgmlType::Q4K, 512, GgmlType::Q4K, None, 3, 2048, 64, false),
-    ] {
-        h.norm_then_case(ty, v_ty, n, g, m, post, Some((pt, k)));
+        h.norm_then_case(ty, v_ty, n, g, m, post);
     }
     h.elementwise_cases();
     h.rope_cases();
