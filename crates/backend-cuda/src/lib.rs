@@ -523,6 +523,9 @@ pub struct CudaBackend {
     pool: Arc<Mutex<Pool>>,
     /// Per-op (name, seconds, calls) since the last mark, when `LOCKSTEP_CUDA_PROFILE` is set.
     profile: Option<RefCell<ProfileTable>>,
+    /// `LOCKSTEP_CUDA_PROFILE=host`: the profile charges each op its host time alone (no
+    /// synchronization: what enqueueing it cost, and where the host waited for the GPU).
+    profile_host: bool,
     /// Guarded outputs (`check --ops`), when on.
     guards: Option<GuardBook>,
 }
@@ -588,7 +591,14 @@ impl Drop for CudaBackend {
         if let Some(p) = &self.profile {
             let p = p.borrow();
             let total: f64 = p.1.iter().map(|e| e.1).sum();
-            eprintln!("cuda profile (synchronized after every op):");
+            eprintln!(
+                "cuda profile ({}):",
+                if self.profile_host {
+                    "host time between ops, not synchronized"
+                } else {
+                    "synchronized after every op"
+                }
+            );
             for (op, t, n) in &p.1 {
                 eprintln!(
                     "  {op:<12} {:>10.3} ms {:>5.1}% {n:>8} calls {:>8.1} us/call",
@@ -880,6 +890,7 @@ impl CudaBackend {
             pool: Arc::default(),
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
                 .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
+            profile_host: std::env::var("LOCKSTEP_CUDA_PROFILE").is_ok_and(|v| v == "host"),
             guards: None,
         })
     }
@@ -1020,10 +1031,14 @@ impl CudaBackend {
     }
 
     /// With `LOCKSTEP_CUDA_PROFILE` set: waits for the GPU and charges the time since the
-    /// previous mark to `op` (a diagnostic; it serializes host and device).
+    /// previous mark to `op` (a diagnostic; it serializes host and device). With
+    /// `LOCKSTEP_CUDA_PROFILE=host`, no wait: `op` is charged the host's time since the
+    /// previous mark (its enqueueing, and any wait of the host for the GPU inside it).
     fn mark(&self, op: &'static str) {
         let Some(prof) = &self.profile else { return };
-        let _ = self.stream.synchronize();
+        if !self.profile_host {
+            let _ = self.stream.synchronize();
+        }
         let mut p = prof.borrow_mut();
         let now = std::time::Instant::now();
         let dt = (now - p.0).as_secs_f64();
@@ -1950,25 +1965,29 @@ impl CudaBackend {
             n_rot: p.n_rot,
             base_bits: p.base.to_bits(),
         };
+        // Already staged for these positions (every layer after the first, and a step at the
+        // positions of the one before): `stage` would find the same table and do nothing, so
+        // return before building its argument. A prefill's table is large (Gemma-3, 512
+        // positions: 1 MiB), and cloning it to compare it again cost each layer's rope_store
+        // about 0.35 ms of host time: 6 ms of Gemma-3's pp512 step, enough to leave the GPU
+        // waiting for launches (BENCHMARKS.md, session 16).
         let known = {
             let st = self.steps.borrow();
             let list = match (st.mode, st.current.as_ref()) {
                 (Mode::Record | Mode::Capture, Some(store)) => &store.inputs,
                 _ => &st.eager,
             };
-            list.iter()
-                .find(|s| s.kind == kind)
-                .and_then(|s| match &s.host {
-                    HostInput::Rope { positions: ps, .. } if ps == positions => {
-                        Some(s.host.clone())
-                    }
-                    _ => None,
-                })
+            list.iter().find(|s| s.kind == kind).is_some_and(
+                |s| matches!(&s.host, HostInput::Rope { positions: ps, .. } if ps == positions),
+            )
         };
-        let host = known.unwrap_or_else(|| HostInput::Rope {
+        if known {
+            return Ok(kind);
+        }
+        let host = HostInput::Rope {
             positions: positions.to_vec(),
             table: plan::rope_table(positions, p.n_rot, p.base),
-        });
+        };
         self.stage(kind, host)?;
         Ok(kind)
     }
