@@ -526,6 +526,8 @@ pub struct CudaBackend {
     /// `LOCKSTEP_CUDA_PROFILE=host`: the profile charges each op its host time alone (no
     /// synchronization: what enqueueing it cost, and where the host waited for the GPU).
     profile_host: bool,
+    /// Rope tables' rows by position, kept across steps (`plan::RopeRows`).
+    rope_rows: RefCell<plan::RopeRows>,
     /// Guarded outputs (`check --ops`), when on.
     guards: Option<GuardBook>,
 }
@@ -891,6 +893,7 @@ impl CudaBackend {
             profile: std::env::var_os("LOCKSTEP_CUDA_PROFILE")
                 .map(|_| RefCell::new((std::time::Instant::now(), Vec::new()))),
             profile_host: std::env::var("LOCKSTEP_CUDA_PROFILE").is_ok_and(|v| v == "host"),
+            rope_rows: RefCell::default(),
             guards: None,
         })
     }
@@ -1986,7 +1989,10 @@ impl CudaBackend {
         }
         let host = HostInput::Rope {
             positions: positions.to_vec(),
-            table: plan::rope_table(positions, p.n_rot, p.base),
+            table: self
+                .rope_rows
+                .borrow_mut()
+                .table(positions, p.n_rot, p.base),
         };
         self.stage(kind, host)?;
         Ok(kind)
