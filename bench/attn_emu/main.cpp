@@ -229,6 +229,46 @@ int main(int argc, char** argv) {
             // Every split of the group a block may serve (hpb: all of it, half, one), each
             // bitwise the whole group's.
             std::vector<float> sc_all, out_all;
+            // rope_store's work inside the kernel (`attention_decode_rope_<D>`, heads of 64 and
+            // 128): the projections before rotation, per-head norms or none, a full or half
+            // rotation in either style, each row's new slot; its own rng, so the other kernels'
+            // cases keep their data.
+            // ATTN_EMU_ROPE=1 (the emulation test of the fused kernel) runs it; the other tests
+            // leave it out (every emulated thread is a host thread: it doubles their time).
+            bool rope_case = hd != 256 && getenv("ATTN_EMU_ROPE") != nullptr;
+            // The engine never hands two sequences one slot (a step's new rows are each their
+            // own); these random batches may, and a slot written by one row and read by another
+            // sequence's makes the two paths differ by design: such cases skip the comparison.
+            for (int r = 0; r < sr && rope_case; r++) {
+                u32 mine = slots[info[r * 5] + info[r * 5 + 2]];
+                for (size_t sq = 0; sq < seqs.size() && rope_case; sq++) {
+                    const Seq& q = seqs[sq];
+                    bool own = r >= q.first_row && r < q.first_row + q.n_rows;
+                    if (own) continue;
+                    for (u32 x : q.slots) rope_case = rope_case && x != mine;
+                }
+            }
+            if (hd != 256 && getenv("ATTN_EMU_ROPE") && !rope_case) printf("case %d decode+rope skipped: sequences share a slot\n", cs);
+            std::mt19937 rr(seed0 * 7919 + cs);
+            std::normal_distribution<float> RN(0.f, 1.f);
+            int n_rot = rr() % 3 == 0 ? hd / 2 : hd, half = n_rot / 2, style = (int)(rr() % 2);
+            bool norms = rr() % 2 == 0;
+            std::vector<float> kraw((size_t)sr * kv_dim), vraw((size_t)sr * kv_dim), qw(hd), kw(hd);
+            for (auto& x : kraw) x = RN(rr);
+            for (auto& x : vraw) x = RN(rr);
+            for (auto& x : qw) x = 1.f + 0.3f * RN(rr);
+            for (auto& x : kw) x = 1.f + 0.3f * RN(rr);
+            std::vector<double> rcs((size_t)sr * half * 2);
+            std::vector<u32> nslots(sr);
+            for (int r = 0; r < sr; r++) {
+                int pos = info[r * 5 + 2];
+                nslots[r] = slots[info[r * 5] + pos];
+                for (int i = 0; i < half; i++) {
+                    double th = pos * std::pow(10000.0, -2.0 * i / n_rot);
+                    rcs[((size_t)r * half + i) * 2] = std::cos(th);
+                    rcs[((size_t)r * half + i) * 2 + 1] = std::sin(th);
+                }
+            }
             std::vector<int> splits = {group};
             if (group % 2 == 0 && group > 2) splits.push_back(group / 2);
             if (group > 1) splits.push_back(1);
@@ -276,6 +316,75 @@ int main(int argc, char** argv) {
                 if (!ok) fails++;
                 if (bad_q) fails++;
                 if (!same) fails++;
+                if (!rope_case) continue;
+                // The two kernels: rope_store (its own blocks, plan::norm_threads(hd) threads)
+                // on every row, then attention_decode on the rotated q.
+                std::vector<float> kcA = kc, vcA = vc, qrA((size_t)sr * q_dim, 1.f), krA(kraw.size(), 1.f);
+                std::vector<float> qnA(qrA.size(), 2.f), knA(krA.size(), 2.f);
+                unsigned nt = 32;
+                while (nt < (unsigned)((hd + 3) / 4)) nt *= 2;
+                const float* qwp = norms ? qw.data() : nullptr;
+                const float* kwp = norms ? kw.data() : nullptr;
+                launch({(unsigned)sr, (unsigned)(nh + 2 * n_kvh), 1}, nt, 0, [&] {
+                    rope_store(qv.data(), kraw.data(), vraw.data(), qwp, kwp, 1e-6f, qnA.data(), knA.data(),
+                               qrA.data(), krA.data(), kcA.data(), vcA.data(), nslots.data(), base, rcs.data(), nh,
+                               n_kvh, hd, half, style, sr);
+                });
+                std::vector<float> scA(n_scores, 9.f), outA(out0.size(), 9.f);
+                std::vector<signed char> q8A(out0.size(), 77);
+                std::vector<Q8Blk> dsA(nb, Q8Blk{-5.f, -5});
+                launch({(unsigned)sr, (unsigned)(n_kvh * (group / hpb)), 1}, 256, 0, [&] {
+                    if (hd == 64)
+                        attention_decode_64(qrA.data(), kcA.data(), vcA.data(), slots.data(), info.data(), mask.data(),
+                                            scA.data(), outA.data(), base, nh, n_kvh, scale, window, hpb, q8A.data(),
+                                            dsA.data());
+                    else
+                        attention_decode_128(qrA.data(), kcA.data(), vcA.data(), slots.data(), info.data(), mask.data(),
+                                             scA.data(), outA.data(), base, nh, n_kvh, scale, window, hpb, q8A.data(),
+                                             dsA.data());
+                });
+                // The fused kernel, from a cache whose new rows are NaN: it must write them and
+                // never read them.
+                std::vector<float> kcB = kc, vcB = vc, qrB(qrA.size(), 3.f), krB(krA.size(), 3.f);
+                std::vector<float> qnB(qrA.size(), 4.f), knB(krA.size(), 4.f);
+                for (int r = 0; r < sr; r++)
+                    for (int d = 0; d < kv_dim; d++) {
+                        kcB[(base + nslots[r]) * kv_dim + d] = NAN;
+                        vcB[(base + nslots[r]) * kv_dim + d] = NAN;
+                    }
+                std::vector<float> scB(n_scores, 9.f), outB(out0.size(), 9.f);
+                std::vector<signed char> q8B(out0.size(), 77);
+                std::vector<Q8Blk> dsB(nb, Q8Blk{-5.f, -5});
+                launch({(unsigned)sr, (unsigned)(n_kvh * (group / hpb)), 1}, 256, 0, [&] {
+                    if (hd == 64)
+                        attention_decode_rope_64(qv.data(), kcB.data(), vcB.data(), slots.data(), info.data(),
+                                                 mask.data(), scB.data(), outB.data(), base, nh, n_kvh, scale, window,
+                                                 hpb, q8B.data(), dsB.data(), kraw.data(), vraw.data(), qwp, kwp, 1e-6f,
+                                                 qnB.data(), knB.data(), qrB.data(), krB.data(), nslots.data(), base,
+                                                 rcs.data(), half, style, sr);
+                    else
+                        attention_decode_rope_128(qv.data(), kcB.data(), vcB.data(), slots.data(), info.data(),
+                                                  mask.data(), scB.data(), outB.data(), base, nh, n_kvh, scale, window,
+                                                  hpb, q8B.data(), dsB.data(), kraw.data(), vraw.data(), qwp, kwp, 1e-6f,
+                                                  qnB.data(), knB.data(), qrB.data(), krB.data(), nslots.data(), base,
+                                                  rcs.data(), half, style, sr);
+                });
+                if (getenv("ATTN_EMU_PERTURB_ROPE") && hpb == group) {
+                    size_t i = (size_t)sr * q_dim / 2;
+                    outB[i] = std::nextafter(outB[i], INFINITY);
+                }
+                auto eq = [](const auto& a, const auto& b) {
+                    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+                };
+                const char* what = !eq(outA, outB) ? "output" : !eq(scA, scB) ? "scores"
+                                 : !eq(q8A, q8B) || !eq(dsA, dsB) ? "quantized output"
+                                 : !eq(kcA, kcB) || !eq(vcA, vcB) ? "cache" : !eq(qrA, qrB) ? "q_rope"
+                                 : !eq(krA, krB) ? "k_rope" : norms && !eq(qnA, qnB) ? "q_norm"
+                                 : norms && !eq(knA, knB) ? "k_norm" : nullptr;
+                printf("case %d decode+rope rows %d heads a block %d n_rot %d style %d%s: %s%s\n", cs, sr, hpb,
+                       n_rot, style, norms ? " norms" : "",
+                       what ? "rope: MISMATCH in " : "bitwise rope_store then attention_decode", what ? what : "");
+                if (what) fails++;
             }
         }
         // Flash prefill kernels (`cuda` prefill steps): TF32 tensor cores with the 3-term split

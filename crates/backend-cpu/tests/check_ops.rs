@@ -36,6 +36,7 @@ fn cpu_passes_every_op_case() {
         "rope",
         "kv_store",
         "attention",
+        "rope_store_attention",
     ] {
         assert!(ops.contains(op), "no `{op}` case");
     }
@@ -74,6 +75,9 @@ struct Broken {
     matmul_factor: f32,
     /// Puts a NaN into the first element of every act_mul output.
     nan_in_act: bool,
+    /// Moves the last element of every fused rope_store + attention output by one ulp (a fused
+    /// kernel that sums in another order than the two ops).
+    fused_attention_ulp: bool,
 }
 
 impl Backend for Broken {
@@ -147,6 +151,55 @@ impl Backend for Broken {
     ) -> Result<Self::Tensor, BackendError> {
         self.inner.attention(c, l, q, b, p, t)
     }
+    fn rope_store_attention(
+        &self,
+        c: &mut Self::KvCache,
+        l: usize,
+        qkv: lockstep_graph::QkvIn<'_, Self>,
+        pos: &[u32],
+        rope: RopeParams,
+        b: &Batch,
+        p: AttentionParams,
+        t: &mut Taps<'_>,
+    ) -> Result<Self::Tensor, BackendError> {
+        let y = lockstep_graph::rope_store_attention_unfused(self, c, l, qkv, pos, rope, b, p, t)?;
+        if !self.fused_attention_ulp {
+            return Ok(y);
+        }
+        let mut h = self.inner.to_host(&y);
+        if let Some(last) = h.data.last_mut() {
+            *last = f32::from_bits(last.to_bits() + 1);
+        }
+        Ok(lockstep_backend_cpu::CpuTensor::from_vec(
+            h.rows(),
+            h.cols(),
+            h.data,
+        ))
+    }
+}
+
+#[test]
+fn harness_fails_a_fused_attention_one_ulp_off() {
+    let b = Broken {
+        inner: cpu(1),
+        matmul_factor: 1.0,
+        nan_in_act: false,
+        fused_attention_ulp: true,
+    };
+    let r = check_ops(&b, "broken", Arithmetic::Quant8, "rope_store_attention");
+    let out: Vec<_> = r
+        .cases
+        .iter()
+        .filter(|c| c.shape.contains(": output"))
+        .collect();
+    assert_eq!(out.len(), 12, "{}", render_ops(&r, true));
+    assert!(out.iter().all(|c| !c.pass), "{}", render_ops(&r, true));
+    // The taps are the two ops' own, untouched.
+    assert!(r
+        .cases
+        .iter()
+        .filter(|c| !c.shape.contains(": output"))
+        .all(|c| c.pass));
 }
 
 #[test]
@@ -155,6 +208,7 @@ fn harness_fails_slightly_wrong_matmuls_and_nan() {
         inner: cpu(1),
         matmul_factor: 1.001,
         nan_in_act: true,
+        fused_attention_ulp: false,
     };
     let r = check_ops(&b, "broken", Arithmetic::Quant8, "matmul,act_mul,add");
     assert!(!r.pass());

@@ -1581,11 +1581,129 @@ struct AttDecodeShape {
     static constexpr int G = D <= 128 ? 8 : 4;
 };
 
+// What `attention_decode_rope_<D>` takes besides attention_decode's arguments: the step's
+// projections before rope_store (q, k, v), its per-head norms and their outputs, and the cache
+// it writes. Null outputs (qn, kn, qr, kr) are the taps nobody listens to.
+struct RopeFused {
+    const float* k;
+    const float* v;
+    const float* qw;
+    const float* kw;
+    float eps;
+    float* qn;
+    float* kn;
+    float* qr;
+    float* kr;
+    float* kcw;
+    float* vcw;
+    const u32* new_slots;
+    size_t store_base;
+    const double* cs;
+    int half;
+    int style;
+    int n_rows;
+};
+
+// The rope stage's norm layout: plan::norm_threads(D) threads (rope_store's block for a head of
+// D values: 32, 32, 64), NV values each.
 template <int D>
+struct RopeNorm {
+    static constexpr int NB = D / 4 < 32 ? 32 : D / 4;
+    static constexpr int NV = (D + NB - 1) / NB;
+};
+
+// Before the grid wait: the row's (cos, sin) pairs to shared memory (the table is staged before
+// the step's kernels run) and the norm weights to registers (weights are never written).
+template <int D, int THREADS>
+__device__ __forceinline__ void attention_decode_rope_early(const RopeFused& rf, double* s_cs,
+                                                            float* wq, float* wk, int row) {
+    constexpr int NB = RopeNorm<D>::NB, NV = RopeNorm<D>::NV;
+    const double* c = rf.cs + (size_t)row * rf.half * 2;
+    // Not unrolled: the grid-wait audit counts the loads before the wait in the PTX and the
+    // SASS, and ptxas unrolling this loop would read as loads hoisted over it.
+#pragma unroll 1
+    for (int x = threadIdx.x; x < 2 * rf.half; x += THREADS) s_cs[x] = c[x];
+    static_assert(D <= 128, "plan::rope_attention_fuses: heads of 64 and 128");
+    if (rf.qw != nullptr) norm_weights<NV, true>(rf.qw, D, NB, wq);
+    if (rf.kw != nullptr) norm_weights<NV, true>(rf.kw, D, NB, wk);
+}
+
+// rope_store's work for the block's heads (ROPE: q heads h0 .. h0 + hpb - 1 of KV head kh, and
+// kh's k), with rope_store's arithmetic: every head's values loaded at once into `stage`; each
+// normed there (norm_regs_w over the first plan::norm_threads(D) threads, as rope_store's block
+// of that size: bitwise its values); rotated (rope_elem, the pairs from s_cs) into s_q and
+// s_knew. The block serving the group's first heads (h0 == 0) is the one rope_store block of
+// that k head and v head would be: it writes the rotated k and v to the cache (the other blocks
+// of the group use their own bitwise-equal copy in s_knew, never the cache row) and the k taps.
+// Every q head is served by one block, which writes its q taps.
+template <int D, int THREADS>
+__device__ __forceinline__ void attention_decode_rope_stage(
+    const float* q, const RopeFused& rf, const double* s_cs, float (&wq)[RopeNorm<D>::NV],
+    float (&wk)[RopeNorm<D>::NV], float* stage, float* s_q, float* s_knew, int row, int kh, int h0, int hpb, int group,
+    int n_heads, int n_kv_heads) {
+    constexpr int NB = RopeNorm<D>::NB, NV = RopeNorm<D>::NV;
+    int tid = threadIdx.x;
+    int q_dim = n_heads * D, kv_dim = n_kv_heads * D;
+    bool leader = h0 == 0;
+    auto head_at = [&](int i) -> size_t {
+        return i == hpb ? (size_t)row * kv_dim + (size_t)kh * D
+                        : (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D;
+    };
+    // What the kernel before wrote (q, k, v) is read through L2 (ld.global.cg): NVVM makes
+    // plain loads of these never-written-here pointers non-coherent, which ptxas may hoist
+    // above the grid wait (the replay race `audit` catches).
+    for (int x = tid; x < (hpb + 1) * D; x += THREADS) {
+        int i = x / D, d = x - i * D;
+        stage[x] = __ldcg((i == hpb ? rf.k : q) + head_at(i) + d);
+    }
+    __syncthreads();
+    // One head's norm in `stage` (each thread rewrites only the values it read).
+    auto norm_head = [&](int i, const float(&w)[NV], float* nout) {
+        float hv[NV], r[NV];
+#pragma unroll
+        for (int j = 0; j < NV; j++) hv[j] = tid < NB && tid + j * NB < D ? stage[i * D + tid + j * NB] : 0.0f;
+        norm_regs_w<NV, true>(hv, w, nout == nullptr ? nullptr : nout + head_at(i), D, rf.eps,
+                              nullptr, nullptr, 0, r, NB, nullptr, nullptr);
+        if (tid < NB) {
+#pragma unroll
+            for (int j = 0; j < NV; j++)
+                if (tid + j * NB < D) stage[i * D + tid + j * NB] = r[j];
+        }
+    };
+    if (rf.qw != nullptr)
+        for (int i = 0; i < hpb; i++) norm_head(i, wq, rf.qn);
+    if (rf.kw != nullptr) norm_head(hpb, wk, leader ? rf.kn : nullptr);
+    __syncthreads();
+    bool store = true;
+#ifdef FAULT_KV_SKIP_PREFILL
+    if (rf.n_rows > 1) store = false;  // as rope_store's seeded fault
+#endif
+    size_t dst = (rf.store_base + __ldcg(rf.new_slots + row)) * kv_dim + (size_t)kh * D;
+    for (int x = tid; x < (hpb + 1) * D; x += THREADS) {
+        int i = x / D, d = x - i * D;
+        float rv = rope_elem(stage + i * D, s_cs, d, rf.half, rf.style);
+        if (i < hpb) {
+            s_q[x] = rv;
+            if (rf.qr != nullptr) rf.qr[head_at(i) + d] = rv;
+        } else {
+            s_knew[d] = rv;
+            if (leader) {
+                if (rf.kr != nullptr) rf.kr[head_at(i) + d] = rv;
+                if (store) rf.kcw[dst + d] = rv;
+            }
+        }
+    }
+    if (leader && store)
+        for (int d = tid; d < D; d += THREADS)
+            rf.vcw[dst + d] = __ldcg(rf.v + (size_t)row * kv_dim + (size_t)kh * D + d);
+    __syncthreads();
+}
+
+template <int D, bool ROPE>
 __device__ __forceinline__ void attention_decode_body(
     const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
-    float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {
+    float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d, const RopeFused& rf) {
     const float NEG_INF = __int_as_float(0xff800000);
     constexpr int P = AttDecodeShape<D>::P, THREADS = AttDecodeShape<D>::THREADS;
     constexpr int MAX_G = AttDecodeShape<D>::G;
@@ -1604,6 +1722,10 @@ __device__ __forceinline__ void attention_decode_body(
     __shared__ u32 s_slot[ATT_D_MAX_KEYS];
     __shared__ unsigned char s_vis[ATT_D_MAX_KEYS];
     __shared__ float s_sum[MAX_G];
+    // ROPE: the step's own key, rotated by this block.
+    __shared__ __align__(16) float s_knew[ROPE ? D : 4];
+    __shared__ double s_cs[ROPE ? D : 2];
+    float wq[RopeNorm<D>::NV], wk[RopeNorm<D>::NV];
     // Before the grid wait (the kernel before is rope_store, which writes q and this step's
     // K/V row): the step's tables (staged before the step's kernels run) and the K and V rows
     // of every key an earlier step wrote (positions before the row's own: one row a sequence),
@@ -1649,22 +1771,44 @@ __device__ __forceinline__ void attention_decode_body(
         if (EARLY_V && jj < n && s_vis[jj] && lo + jj < pos)
             vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
     }
+    if constexpr (ROPE) attention_decode_rope_early<D, THREADS>(rf, s_cs, wq, wk, row);
     GRID_WAIT();
     GRID_LAUNCH();
-    if (kin && lo + kj >= pos) {
+    if constexpr (ROPE && EARLY_V) {
+        // The row's own value: v's (the cache row is one block's to write), bitwise what
+        // reaches the cache, loaded now (where the other rows' are in registers already; heads
+        // of 256 load it with them, below).
 #pragma unroll
-        for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+        for (int r = 0; r < KPT; r++) {
+            int jj = vkg + r * KG;
+            if (jj < n && s_vis[jj] && lo + jj >= pos)
+                vv[r] = __ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * vc4));
+        }
     }
     if (scores != nullptr)
         for (int j = tid; j < n_kv; j += THREADS)
             if (j < lo || j > hi)
                 for (int i = 0; i < hpb; i++)
                     scores[soff_sc + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * n_kv + j] = NEG_INF;
-    for (int x = tid; x < hpb * D; x += THREADS) {
-        int i = x / D, d = x - i * D;
-        s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d];
+    if constexpr (ROPE) {
+        // rope_store's work for this block's heads; the row's own key is then s_knew's.
+        attention_decode_rope_stage<D, THREADS>(q, rf, s_cs, wq, wk, s_a, s_q, s_knew, row, kh, h0,
+                                                hpb, group, n_heads, n_kv_heads);
+        if (kin && lo + kj >= pos) {
+#pragma unroll
+            for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s_knew + hf * PART))[c];
+        }
+    } else {
+        if (kin && lo + kj >= pos) {
+#pragma unroll
+            for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+        }
+        for (int x = tid; x < hpb * D; x += THREADS) {
+            int i = x / D, d = x - i * D;
+            s_q[x] = q[(size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d];
+        }
+        __syncthreads();
     }
-    __syncthreads();
     if (kin) {
         for (int i = 0; i < hpb; i++) {
             const float4* qr = (const float4*)(s_q + i * D + hf * PART);
@@ -1718,8 +1862,15 @@ __device__ __forceinline__ void attention_decode_body(
 #pragma unroll
         for (int r = 0; r < KPT; r++) {
             int jj = kg + r * KG;
-            if (jj < n && s_vis[jj] && (!EARLY_V || lo + jj >= pos))
-                vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
+            if (jj < n && s_vis[jj] && (!EARLY_V || lo + jj >= pos)) {
+                if (ROPE && lo + jj >= pos) {
+                    // ROPE: the row's own value is v's.
+                    if (!EARLY_V)
+                        vv[r] = __ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * c));
+                } else {
+                    vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
+                }
+            }
         }
         for (int i = 0; i < hpb; i++) {
             float4 a = {0.f, 0.f, 0.f, 0.f};
@@ -1755,12 +1906,33 @@ __device__ __forceinline__ void attention_decode_body(
         const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
         float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {                        \
-        attention_decode_body<D>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,       \
-                                 n_kv_heads, scale, window, hpb, q8q, q8d);                      \
+        RopeFused none{};                                                                         \
+        attention_decode_body<D, false>(q, kc, vc, slots, info, mask, scores, out, base, n_heads, \
+                                        n_kv_heads, scale, window, hpb, q8q, q8d, none);          \
+    }
+
+// With rope_store's work (plan::rope_attention_fuses: heads of 64 and 128 values).
+#define ATTENTION_DECODE_ROPE(D)                                                                 \
+    extern "C" __global__ void __launch_bounds__(AttDecodeShape<D>::THREADS)                     \
+        attention_decode_rope_##D(                                                               \
+            const float* q, float* kc, float* vc, const u32* slots, const int* info,             \
+            const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads, \
+            float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d, const float* k,      \
+            const float* v, const float* qw, const float* kw, float eps, float* qn, float* kn,   \
+            float* qr, float* kr, const u32* new_slots, size_t store_base, const double* cs,     \
+            int half, int style, int n_rows) {                                                   \
+        /* The cache is read and written through the same pointers: the row's own key's slot is \
+           written by one block and read by none (the others use their own copy). */            \
+        RopeFused rf{k,  v,  qw, kw, eps, qn, kn, qr, kr, kc, vc, new_slots, store_base, cs,    \
+                     half, style, n_rows};                                                       \
+        attention_decode_body<D, true>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,  \
+                                       n_kv_heads, scale, window, hpb, q8q, q8d, rf);             \
     }
 ATTENTION_DECODE(64)
 ATTENTION_DECODE(128)
 ATTENTION_DECODE(256)
+ATTENTION_DECODE_ROPE(64)
+ATTENTION_DECODE_ROPE(128)
 
 // FLASH PREFILL ATTENTION (`attention_flash_<D>`, heads of D = 64 or 128 values): run by `cuda`
 // (fast numerics, not deterministic) for steps with several rows of one sequence (prefill),

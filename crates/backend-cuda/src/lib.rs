@@ -30,10 +30,10 @@ use cudarc::driver::{
     PushKernelArg, ValidAsZeroBits,
 };
 use lockstep_graph::{
-    nucleus_len, residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
-    AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary,
-    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, RowPick, StepKey,
-    StepOut, Taps, WeightView,
+    emit_roped, nucleus_len, residual_norm_then_unfused, residual_norm_unfused,
+    rope_store_attention_unfused, rope_store_unfused, Activation, AttentionParams, Backend,
+    BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary, NormThen, QkRoped, QkvIn,
+    Residual, ResidualThen, RopeParams, RopeStyle, RowPick, StepKey, StepOut, Taps, WeightView,
 };
 
 pub mod audit;
@@ -255,6 +255,10 @@ struct Kernels {
     /// The short decode attention (`plan::use_decode_attention`), heads of 64, 128 and 256
     /// values.
     attention_decode: [CudaFunction; 3],
+    /// The same with rope_store's work for the block's heads and the step's key
+    /// (`Backend::rope_store_attention`), heads of 64 and 128 values
+    /// (`plan::rope_attention_fuses`).
+    attention_decode_rope: [CudaFunction; 2],
     /// The flash prefill attention (`plan::use_flash_attention`), heads of 64 and 128 values;
     /// `None` where its blocks could not get their shared memory.
     attention_flash: Option<(CudaFunction, CudaFunction)>,
@@ -400,6 +404,38 @@ struct AttnDev {
 }
 
 /// The arguments that follow the short decode and flash attention kernels' common ones.
+/// What `attention_decode_rope_<D>` takes besides the attention's arguments: rope_store's inputs,
+/// its staged tables and the buffers of its taps (absent: nobody listens).
+struct RopeFuse<'a> {
+    k: &'a CudaTensor,
+    v: &'a CudaTensor,
+    q_norm: Option<&'a CudaWeight>,
+    k_norm: Option<&'a CudaWeight>,
+    eps: f32,
+    rope_kind: InputKind,
+    slots_kind: InputKind,
+    half: i32,
+    style: i32,
+    outs: Option<RopedBufs>,
+}
+
+/// The fused kernel's copies of rope_store's outputs, for the taps.
+struct RopedBufs {
+    q_norm: Option<CudaSlice<f32>>,
+    k_norm: Option<CudaSlice<f32>>,
+    q: CudaSlice<f32>,
+    k: CudaSlice<f32>,
+}
+
+/// Which kernels run an attention (`CudaBackend::attention_route`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum AttRoute {
+    Split,
+    Decode,
+    Flash,
+    Tiled,
+}
+
 enum AttExtra {
     /// `attention_decode`: query heads a block serves (`plan::decode_attention_heads_per_block`).
     HeadsPerBlock(i32),
@@ -781,6 +817,10 @@ impl CudaBackend {
                 f("attention_decode_64")?,
                 f("attention_decode_128")?,
                 f("attention_decode_256")?,
+            ],
+            attention_decode_rope: [
+                f("attention_decode_rope_64")?,
+                f("attention_decode_rope_128")?,
             ],
             attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
             n_sms: ctx
@@ -3199,22 +3239,10 @@ impl Backend for CudaBackend {
         p: RopeParams,
         batch: &Batch,
     ) -> Result<QkRoped<CudaTensor>, BackendError> {
-        let hd = p.head_dim;
-        let l = cache.layout;
         let (q, k, v) = (qkv.q, qkv.k, qkv.v);
-        let head_norm = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == hd);
-        let fits = hd > 0
-            && hd <= plan::ROPE_MAX_HEAD
-            && p.n_rot <= hd
-            && q.cols.is_multiple_of(hd)
-            && k.cols == l.kv_dim
-            && v.cols == l.kv_dim
-            && k.cols.is_multiple_of(hd)
-            && q.rows == k.rows
-            && v.rows == k.rows
-            && positions.len() == q.rows
-            && head_norm(qkv.q_norm)
-            && head_norm(qkv.k_norm);
+        let hd = p.head_dim;
+        let fits = self.rope_store_fits(cache, &qkv, positions, p);
+        let l = cache.layout;
         if !fits || q.rows == 0 {
             // Shapes the fused kernel does not take (or nothing to do): the separate ops,
             // which check and report every mismatch.
@@ -3483,6 +3511,159 @@ impl Backend for CudaBackend {
         p: AttentionParams,
         taps: &mut Taps<'_>,
     ) -> Result<CudaTensor, BackendError> {
+        self.attention_with(cache, layer, q, batch, p, taps, None)
+    }
+
+    fn rope_store_attention(
+        &self,
+        cache: &mut CudaKvCache,
+        layer: usize,
+        qkv: QkvIn<'_, Self>,
+        positions: &[u32],
+        rope: RopeParams,
+        batch: &Batch,
+        attn: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<CudaTensor, BackendError> {
+        let (q, k, v) = (qkv.q, qkv.k, qkv.v);
+        let hd = rope.head_dim;
+        let fused = rope_attention_knob()
+            && plan::rope_attention_fuses(hd)
+            && self.rope_store_fits(cache, &qkv, positions, rope)
+            && q.rows > 0
+            && attn.head_dim == hd
+            && q.cols == attn.n_heads * hd
+            && k.cols == attn.n_kv_heads * hd
+            && attn.n_kv_heads > 0
+            && attn.n_heads.is_multiple_of(attn.n_kv_heads)
+            && self.attention_route(q.rows, batch, attn) == AttRoute::Decode;
+        if !fused {
+            return rope_store_attention_unfused(
+                self, cache, layer, qkv, positions, rope, batch, attn, taps,
+            );
+        }
+        self.check_kv_store(cache, layer, k, v, batch)?;
+        let rope_kind = self.stage_rope_table(positions, rope)?;
+        let slots_kind = InputKind::KvSlots {
+            n_slots: cache.layout.n_slots(),
+        };
+        self.stage(slots_kind, HostInput::U32(batch.slots.clone()))?;
+        // The taps' copies, written by the kernel from the registers it consumed; nothing
+        // when nobody listens.
+        let outs = taps.active().then(|| RopedBufs {
+            q_norm: qkv
+                .q_norm
+                .map(|_| self.alloc_f32("rms_norm", q.rows * q.cols)),
+            k_norm: qkv
+                .k_norm
+                .map(|_| self.alloc_f32("rms_norm", k.rows * k.cols)),
+            q: self.alloc_f32("rope", q.rows * q.cols),
+            k: self.alloc_f32("rope", k.rows * k.cols),
+        });
+        let rf = RopeFuse {
+            k,
+            v,
+            q_norm: qkv.q_norm,
+            k_norm: qkv.k_norm,
+            eps: qkv.eps,
+            rope_kind,
+            slots_kind,
+            half: (rope.n_rot / 2) as i32,
+            style: match rope.style {
+                RopeStyle::Norm => 0,
+                RopeStyle::Neox => 1,
+            },
+            outs,
+        };
+        self.attention_with(cache, layer, q, batch, attn, taps, Some(rf))
+    }
+}
+
+impl CudaBackend {
+    /// Whether `rope_store`'s kernel takes these shapes (else the separate ops run).
+    fn rope_store_fits(
+        &self,
+        cache: &CudaKvCache,
+        qkv: &QkvIn<'_, Self>,
+        positions: &[u32],
+        p: RopeParams,
+    ) -> bool {
+        let hd = p.head_dim;
+        let l = cache.layout;
+        let (q, k, v) = (qkv.q, qkv.k, qkv.v);
+        let head_norm = |w: Option<&CudaWeight>| w.is_none_or(|w| w.rows == 1 && w.cols == hd);
+        hd > 0
+            && hd <= plan::ROPE_MAX_HEAD
+            && p.n_rot <= hd
+            && q.cols.is_multiple_of(hd)
+            && k.cols == l.kv_dim
+            && v.cols == l.kv_dim
+            && k.cols.is_multiple_of(hd)
+            && q.rows == k.rows
+            && v.rows == k.rows
+            && positions.len() == q.rows
+            && head_norm(qkv.q_norm)
+            && head_norm(qkv.k_norm)
+    }
+
+    /// Which kernels `attention` runs for `rows` query rows of `batch`.
+    fn attention_route(&self, rows: usize, batch: &Batch, p: AttentionParams) -> AttRoute {
+        let hd = p.head_dim;
+        let (choice, _) = attention_knobs();
+        let long = plan::long_context(batch);
+        if plan::use_split_attention(
+            choice,
+            self.split_attention,
+            rows,
+            batch.seqs.len(),
+            p.n_heads,
+            p.n_kv_heads,
+            hd,
+            long,
+        ) {
+            return AttRoute::Split;
+        }
+        if plan::use_decode_attention(
+            choice,
+            self.split_attention,
+            rows,
+            batch.seqs.len(),
+            p.n_heads,
+            p.n_kv_heads,
+            hd,
+            long,
+        ) {
+            return AttRoute::Decode;
+        }
+        if self.k.attention_flash.is_some()
+            && plan::use_flash_attention(
+                choice,
+                self.split_attention,
+                rows,
+                batch.seqs.len(),
+                p.n_heads,
+                p.n_kv_heads,
+                hd,
+            )
+        {
+            return AttRoute::Flash;
+        }
+        AttRoute::Tiled
+    }
+
+    /// `attention`, or with `rope` the fused decode kernel doing rope_store's work too (the
+    /// caller checked that the route is `AttRoute::Decode` and rope_store's shapes).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_with(
+        &self,
+        cache: &CudaKvCache,
+        layer: usize,
+        q: &CudaTensor,
+        batch: &Batch,
+        p: AttentionParams,
+        taps: &mut Taps<'_>,
+        mut rope: Option<RopeFuse<'_>>,
+    ) -> Result<CudaTensor, BackendError> {
         let hd = p.head_dim;
         let q_dim = p.n_heads * hd;
         let kv_dim = p.n_kv_heads * hd;
@@ -3522,36 +3703,13 @@ impl Backend for CudaBackend {
         let base = layer * l.n_slots();
         let (choice, force_tile_rows) = attention_knobs();
         let row_kernel = plan::use_row_attention(choice, q.rows, batch.seqs.len(), hd);
-        let split = plan::use_split_attention(
-            choice,
-            self.split_attention,
-            q.rows,
-            batch.seqs.len(),
-            p.n_heads,
-            p.n_kv_heads,
-            hd,
-            plan::long_context(batch),
-        );
-        let decode = plan::use_decode_attention(
-            choice,
-            self.split_attention,
-            q.rows,
-            batch.seqs.len(),
-            p.n_heads,
-            p.n_kv_heads,
-            hd,
-            plan::long_context(batch),
-        );
-        let flash = self.k.attention_flash.is_some()
-            && plan::use_flash_attention(
-                choice,
-                self.split_attention,
-                q.rows,
-                batch.seqs.len(),
-                p.n_heads,
-                p.n_kv_heads,
-                hd,
-            );
+        let route = self.attention_route(q.rows, batch, p);
+        let split = route == AttRoute::Split;
+        let decode = route == AttRoute::Decode;
+        let flash = route == AttRoute::Flash;
+        if rope.is_some() && !decode {
+            unreachable!("rope_store_attention fuses only the short decode kernel")
+        }
         let n_spans = plan::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
         // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
         // on drop, and a capture that allocates fails).
@@ -3633,10 +3791,13 @@ impl Backend for CudaBackend {
                     let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
                         BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
                     })?;
-                    let func = match hd {
-                        64 => &self.k.attention_decode[0],
-                        128 => &self.k.attention_decode[1],
-                        _ => &self.k.attention_decode[2],
+                    let func = match (hd, rope.is_some()) {
+                        (64, false) => &self.k.attention_decode[0],
+                        (128, false) => &self.k.attention_decode[1],
+                        (_, false) => &self.k.attention_decode[2],
+                        (64, true) => &self.k.attention_decode_rope[0],
+                        (128, true) => &self.k.attention_decode_rope[1],
+                        (_, true) => unreachable!("plan::rope_attention_fuses"),
                     };
                     let hpb = if attention_head_split_knob() {
                         plan::decode_attention_heads_per_block(
@@ -3681,43 +3842,99 @@ impl Backend for CudaBackend {
                     let func = if hd == 64 { f64k } else { f128k };
                     (func, cfg, tiling, "attention_flash")
                 };
-                let mut b = self.stream.launch_builder(func);
-                b.arg(q.buf())
-                    .arg(&cache.k)
-                    .arg(&cache.v)
-                    .arg(&dev.slots)
-                    .arg(&dev.info)
-                    .arg(&dev.mask);
-                // The scores are written only for a listener (the kq tap).
-                if taps.active() {
-                    b.arg(&s.scores);
-                } else {
-                    b.arg(&null);
+                let n_rows = q.rows as i32;
+                let rope_inputs = rope.as_ref().map(|rf| (rf.rope_kind, rf.slots_kind));
+                let mut launch = |rt: Option<(&CudaSlice<f64>, &CudaSlice<u32>)>| {
+                    let mut b = self.stream.launch_builder(func);
+                    b.arg(q.buf())
+                        .arg(&cache.k)
+                        .arg(&cache.v)
+                        .arg(&dev.slots)
+                        .arg(&dev.info)
+                        .arg(&dev.mask);
+                    // The scores are written only for a listener (the kq tap).
+                    if taps.active() {
+                        b.arg(&s.scores);
+                    } else {
+                        b.arg(&null);
+                    }
+                    b.arg(&mut out)
+                        .arg(&base)
+                        .arg(&nh)
+                        .arg(&nkh)
+                        .arg(&p.scale)
+                        .arg(&window);
+                    match &extra {
+                        AttExtra::HeadsPerBlock(hpb) => b.arg(hpb),
+                        AttExtra::Tiling(n_rows, tile_rows) => b.arg(n_rows).arg(tile_rows),
+                    };
+                    let mut parts = q8_parts(&mut q8, q.rows * q_dim);
+                    match parts.as_mut() {
+                        Some((qq, dd)) => b.arg(qq).arg(dd),
+                        None => b.arg(&null).arg(&null),
+                    };
+                    // rope_store's arguments (`attention_decode_rope_<D>`): its inputs, norms,
+                    // the taps' copies (null: nobody listens), the new rows' slots, the rope
+                    // table.
+                    if let (Some(rf), Some((table, slots))) = (rope.as_mut(), rt) {
+                        b.arg(rf.k.buf()).arg(rf.v.buf());
+                        for w in [rf.q_norm, rf.k_norm] {
+                            match w {
+                                Some(w) => b.arg(self.vector(w, "rope_store")),
+                                None => b.arg(&null),
+                            };
+                        }
+                        b.arg(&rf.eps);
+                        match rf.outs.as_mut() {
+                            Some(o) => {
+                                match o.q_norm.as_mut() {
+                                    Some(x) => b.arg(x),
+                                    None => b.arg(&null),
+                                };
+                                match o.k_norm.as_mut() {
+                                    Some(x) => b.arg(x),
+                                    None => b.arg(&null),
+                                };
+                                b.arg(&mut o.q).arg(&mut o.k);
+                            }
+                            None => {
+                                b.arg(&null).arg(&null).arg(&null).arg(&null);
+                            }
+                        }
+                        b.arg(slots)
+                            .arg(&base)
+                            .arg(table)
+                            .arg(&rf.half)
+                            .arg(&rf.style)
+                            .arg(&n_rows);
+                    }
+                    // SAFETY: the plan checked every slot against the cache, every row's
+                    // sequence and mask; the score buffer holds n_scores values. Short decode:
+                    // every row attends over fewer than `plan::ATT_DECODE_MAX_KEYS` keys and the
+                    // group and head size are the block's (`plan::use_decode_attention`); with
+                    // rope_store's work, k and v are rows x kv_dim, the norm weights head_dim
+                    // values, every new slot was checked against the cache (check_kv_store), the
+                    // table holds rows x half pairs, the kernel writes the cache through the
+                    // pointers it reads (one stream orders every launch). Flash: the block's
+                    // shared memory is `plan::flash_smem` for its warps, within what
+                    // `flash_kernels` opted in to; a block's row-heads (tile_rows x group) fit
+                    // its warps (`plan::flash_geometry`).
+                    unsafe { b.launch(cfg) }
+                        .map(|_| ())
+                        .map_err(|e| BackendError::Other(format!("cuda {what}: {e}")))
+                };
+                match rope_inputs {
+                    None => launch(None)?,
+                    Some((rk, sk)) => self.with_input(rk, |table| {
+                        self.with_input(sk, |slots| {
+                            let (DevInput::F64(table), DevInput::U32(slots)) = (table, slots)
+                            else {
+                                unreachable!("a rope table is f64, slots are u32")
+                            };
+                            launch(Some((table, slots)))
+                        })
+                    })?,
                 }
-                b.arg(&mut out)
-                    .arg(&base)
-                    .arg(&nh)
-                    .arg(&nkh)
-                    .arg(&p.scale)
-                    .arg(&window);
-                match &extra {
-                    AttExtra::HeadsPerBlock(hpb) => b.arg(hpb),
-                    AttExtra::Tiling(n_rows, tile_rows) => b.arg(n_rows).arg(tile_rows),
-                };
-                let mut parts = q8_parts(&mut q8, q.rows * q_dim);
-                match parts.as_mut() {
-                    Some((qq, dd)) => b.arg(qq).arg(dd),
-                    None => b.arg(&null).arg(&null),
-                };
-                // SAFETY: the plan checked every slot against the cache, every row's sequence and
-                // mask; the score buffer holds n_scores values. Short decode: every row attends
-                // over fewer than `plan::ATT_DECODE_MAX_KEYS` keys and the group and head size
-                // are the block's (`plan::use_decode_attention`). Flash: the block's shared
-                // memory is `plan::flash_smem` for its warps, within what `flash_kernels` opted
-                // in to; a block's row-heads (tile_rows x group) fit its warps
-                // (`plan::flash_geometry`).
-                unsafe { b.launch(cfg) }
-                    .map_err(|e| BackendError::Other(format!("cuda {what}: {e}")))?;
             } else if q.rows > 0 {
                 let (nh, nkh, hdi) = (p.n_heads as i32, p.n_kv_heads as i32, hd as i32);
                 let window: i32 = p.window.map_or(0, |w| w.min(i32::MAX as u32) as i32);
@@ -3788,6 +4005,17 @@ impl Backend for CudaBackend {
                     .map_err(|e| BackendError::Other(format!("cuda attention: {e}")))?;
             }
             if taps.active() {
+                // rope_store's outputs first, as the unfused ops emit them.
+                if let Some(o) = rope.as_mut().and_then(|rf| rf.outs.take()) {
+                    let rows = q.rows;
+                    let roped = QkRoped {
+                        q_norm: o.q_norm.map(|b| self.tensor("rms_norm", b, rows, q_dim)),
+                        k_norm: o.k_norm.map(|b| self.tensor("rms_norm", b, rows, kv_dim)),
+                        q: self.tensor("rope", o.q, rows, q_dim),
+                        k: self.tensor("rope", o.k, rows, kv_dim),
+                    };
+                    emit_roped(self, layer, &roped, taps);
+                }
                 let gather = |c: &CudaSlice<f32>| -> HostTensor {
                     let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
                     if n_keys > 0 {
@@ -3932,6 +4160,14 @@ fn mixed_qkv_knob() -> bool {
 fn attention_head_split_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_HEADS").map_or(true, |v| v != "group"))
+}
+
+/// Whether a decode step's rope_store runs inside its short decode attention kernel
+/// (`Backend::rope_store_attention`); `LOCKSTEP_CUDA_ROPE_ATTN=0` runs the two kernels (the same
+/// values bitwise), for comparison. Read once.
+fn rope_attention_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ROPE_ATTN").map_or(true, |v| v != "0"))
 }
 
 /// An activation as the kernels take it: its code (kernels.cu `act`: 0 SiLU, 1 GELU tanh) and

@@ -198,6 +198,16 @@ pub fn residual_fits(g: usize) -> bool {
     g > 0 && g <= NORM_MAXV * norm_threads(g) as usize
 }
 
+/// Whether a decode step's `rope_store` runs inside its short decode attention kernel
+/// (`attention_decode_rope_<D>`, `Backend::rope_store_attention`), by head size. Heads of 64 and
+/// 128 values: one launch fewer a layer, SmolLM2 +7-11% tg128, the 8B +0.3-2.4%, Llama-3.2-1B
+/// within its spread (-0.7% to +1.6%). Not Gemma-3's 256 (with its per-head norms): the fused
+/// blocks of 512 threads lost 1-4% against the two kernels (BENCHMARKS.md, session 17), so that
+/// instance is not built.
+pub fn rope_attention_fuses(head_dim: usize) -> bool {
+    head_dim == 64 || head_dim == 128
+}
+
 /// The longest head `rope_store`'s kernel takes (kernels.cu `ROPE_MAX_HEAD`).
 pub const ROPE_MAX_HEAD: usize = 512;
 
@@ -1377,5 +1387,22 @@ mod tests {
         // Larger vocabularies fit fewer candidates (the host reduces the rest).
         assert!(top_blocks(524288, 32).is_some());
         assert_eq!(top_blocks(524288, 40), None);
+    }
+
+    #[test]
+    fn rope_fuses_only_into_built_decode_kernels() {
+        // The host picks attention_decode_rope_<hd> only where it is built (64, 128): a head
+        // whose short decode kernel exists, rope_store's kernel takes, and whose stage (the
+        // block's query heads and the key, D values each) fits the scores' shared memory.
+        for hd in [32, 64, 80, 96, 128, 192, 256, 512] {
+            if rope_attention_fuses(hd) {
+                let (threads, group) = decode_attention_shape(hd).expect("a decode kernel");
+                assert!(hd <= ROPE_MAX_HEAD);
+                assert!((group + 1) * hd <= 8192, "{hd}");
+                assert!(norm_threads(hd) <= threads);
+            }
+        }
+        assert!(rope_attention_fuses(64) && rope_attention_fuses(128));
+        assert!(!rope_attention_fuses(256));
     }
 }

@@ -295,6 +295,27 @@ pub trait Backend {
     ) -> Result<QkRoped<Self::Tensor>, BackendError> {
         rope_store_unfused(self, cache, layer, qkv, positions, p, batch)
     }
+    /// `rope_store`, then `attention` on the rotated q: a decode step's whole path from the
+    /// q/k/v projections to the attention output, in one op. Emits what the two ops and the
+    /// graph between them do, in that order: `q_norm` / `k_norm` (when there are norms),
+    /// `q_rope`, `k_rope`, then attention's taps. A backend may run both in one launch (each
+    /// attention block rotating its own heads and the step's key); every output, and what
+    /// reaches the cache, must be bitwise what the two ops give, which is what this default
+    /// does.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_attention(
+        &self,
+        cache: &mut Self::KvCache,
+        layer: usize,
+        qkv: QkvIn<'_, Self>,
+        positions: &[u32],
+        rope: RopeParams,
+        batch: &Batch,
+        attn: AttentionParams,
+        taps: &mut Taps<'_>,
+    ) -> Result<Self::Tensor, BackendError> {
+        rope_store_attention_unfused(self, cache, layer, qkv, positions, rope, batch, attn, taps)
+    }
     /// Rotary embedding of every head of every row, row `i` at `positions[i]`.
     fn rope(&self, x: &Self::Tensor, positions: &[u32], p: RopeParams) -> Self::Tensor;
     /// The rows `rows` of `x`, in that order.
@@ -390,6 +411,42 @@ pub fn residual_norm_then_unfused<B: Backend + ?Sized>(
         normed,
         outs,
     }
+}
+
+/// [`Backend::rope_store_attention`] as the two ops (its default; also what a fusing backend
+/// runs where its kernel does not), with the taps between them.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_store_attention_unfused<B: Backend + ?Sized>(
+    b: &B,
+    cache: &mut B::KvCache,
+    layer: usize,
+    qkv: QkvIn<'_, B>,
+    positions: &[u32],
+    rope: RopeParams,
+    batch: &Batch,
+    attn: AttentionParams,
+    taps: &mut Taps<'_>,
+) -> Result<B::Tensor, BackendError> {
+    let roped = b.rope_store(cache, layer, qkv, positions, rope, batch)?;
+    emit_roped(b, layer, &roped, taps);
+    b.attention(cache, layer, &roped.q, batch, attn, taps)
+}
+
+/// The taps of [`Backend::rope_store`]'s outputs, in the graph's order.
+pub fn emit_roped<B: Backend + ?Sized>(
+    b: &B,
+    layer: usize,
+    roped: &QkRoped<B::Tensor>,
+    taps: &mut Taps<'_>,
+) {
+    if let Some(qn) = &roped.q_norm {
+        taps.emit_layer(layer, "q_norm", || b.to_host(qn));
+    }
+    if let Some(kn) = &roped.k_norm {
+        taps.emit_layer(layer, "k_norm", || b.to_host(kn));
+    }
+    taps.emit_layer(layer, "q_rope", || b.to_host(&roped.q));
+    taps.emit_layer(layer, "k_rope", || b.to_host(&roped.k));
 }
 
 /// [`Backend::rope_store`] as the separate ops (its default; also what a fusing backend runs

@@ -13,9 +13,9 @@ mod logits;
 pub mod taps;
 
 pub use backend::{
-    residual_norm_then_unfused, residual_norm_unfused, rope_store_unfused, Activation,
-    AttentionParams, Backend, BackendError, KvLayout, NormThen, QkRoped, QkvIn, Residual,
-    ResidualThen, RopeParams, RopeStyle, StepKey, WeightView,
+    emit_roped, residual_norm_then_unfused, residual_norm_unfused, rope_store_attention_unfused,
+    rope_store_unfused, Activation, AttentionParams, Backend, BackendError, KvLayout, NormThen,
+    QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, StepKey, WeightView,
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;

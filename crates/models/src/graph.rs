@@ -133,16 +133,6 @@ fn forward_ops<B: Backend>(
             k_norm: w.k_norm.as_ref(),
             eps: cfg.rms_eps,
         };
-        let roped = b.rope_store(cache, il, qkv, positions, rope, batch)?;
-        if let Some(qn) = &roped.q_norm {
-            taps.emit_layer(il, "q_norm", || b.to_host(qn));
-        }
-        if let Some(kn) = &roped.k_norm {
-            taps.emit_layer(il, "k_norm", || b.to_host(kn));
-        }
-        let q = roped.q;
-        taps.emit_layer(il, "q_rope", || b.to_host(&q));
-        taps.emit_layer(il, "k_rope", || b.to_host(&roped.k));
         let attn = AttentionParams {
             n_heads: cfg.n_heads,
             n_kv_heads: cfg.n_kv_heads,
@@ -150,7 +140,9 @@ fn forward_ops<B: Backend>(
             scale: cfg.attn_scale,
             window: if local { cfg.sliding_window } else { None },
         };
-        let kqv = b.attention(cache, il, &q, batch, attn, taps)?;
+        // Then attention over the cache: with the rotation, one op a backend may fuse (it
+        // emits q_norm, k_norm, q_rope, k_rope and attention's own taps).
+        let kqv = b.rope_store_attention(cache, il, qkv, positions, rope, batch, attn, taps)?;
         taps.emit_layer(il, "kqv", || b.to_host(&kqv));
         let attn_out = b.matmul(&kqv, &w.wo);
         taps.emit_layer(il, "attn_out", || b.to_host(&attn_out));

@@ -17,9 +17,9 @@ use std::time::Instant;
 use lockstep_backend_ref::{RefBackend, RefWeight};
 use lockstep_graph::taps::Recorder;
 use lockstep_graph::{
-    Activation, AttentionParams, Backend, BackendError, Batch, BatchSeq, HostTensor, KvLayout,
-    LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams, RopeStyle, RowDraw, RowPick, StepOut,
-    Taps, WeightView,
+    rope_store_attention_unfused, Activation, AttentionParams, Backend, BackendError, Batch,
+    BatchSeq, HostTensor, KvLayout, LogitsOut, LogitsSummary, NormThen, QkvIn, RopeParams,
+    RopeStyle, RowDraw, RowPick, StepOut, Taps, WeightView,
 };
 use lockstep_quant::{GgmlType, ALL_TYPES};
 use serde::Serialize;
@@ -1267,6 +1267,235 @@ impl<'b, B: Backend> Harness<'b, B> {
         }
     }
 
+    /// `rope_store_attention` on decode steps (one row a sequence over its history; cuda:
+    /// rope_store's work inside the short decode attention kernel): the output and every tap
+    /// bitwise what `rope_store`, the taps between, then `attention` give on the same backend
+    /// (each of those checked against the reference by the cases above), with listeners and
+    /// without; the taps in the same order.
+    fn rope_attention_cases(&mut self) {
+        let op = "rope_store_attention";
+        if !self.wants(op, "-") {
+            return;
+        }
+        type Case = (
+            RopeStyle,
+            usize,
+            usize,
+            usize,
+            usize,
+            bool,
+            &'static [usize],
+            Option<u32>,
+            bool,
+        );
+        let cases: [Case; 6] = [
+            // SmolLM2's heads; Llama's, three sequences, one at position 0; Gemma-3's with its
+            // per-head norms and a window; a partial rotation; an explicit mask; MQA.
+            (RopeStyle::Norm, 64, 64, 9, 3, false, &[5], None, false),
+            (
+                RopeStyle::Neox,
+                128,
+                128,
+                8,
+                2,
+                false,
+                &[0, 17, 90],
+                None,
+                false,
+            ),
+            (RopeStyle::Neox, 256, 256, 4, 1, true, &[30], Some(8), false),
+            (RopeStyle::Neox, 64, 32, 4, 4, true, &[3, 120], None, false),
+            (RopeStyle::Norm, 64, 64, 4, 2, false, &[9, 40], None, true),
+            (
+                RopeStyle::Neox,
+                128,
+                128,
+                6,
+                1,
+                true,
+                &[64],
+                Some(100),
+                true,
+            ),
+        ];
+        for (style, hd, n_rot, nh, nkv, norms, hist, window, masked) in cases {
+            let (q_dim, kv_dim) = (nh * hd, nkv * hd);
+            let shape = format!(
+                "{nh}q/{nkv}kv x {hd} {style:?} n_rot {n_rot}{}, history {hist:?}{}{}",
+                if norms { ", q/k norms" } else { "" },
+                window.map(|w| format!(", window {w}")).unwrap_or_default(),
+                if masked { ", mask" } else { "" }
+            );
+            let n_seq = hist.len();
+            let n_hist: usize = hist.iter().sum();
+            let block = 4usize;
+            let layout = KvLayout {
+                n_layers: 2,
+                n_blocks: (n_hist + n_seq).div_ceil(block) + 2,
+                block_size: block,
+                kv_dim,
+            };
+            let mut perm: Vec<u32> = (0..layout.n_slots() as u32).collect();
+            for i in (1..perm.len()).rev() {
+                let j = self.rng.below(i + 1);
+                perm.swap(i, j);
+            }
+            // Each sequence's slots (history, then the new row), and the two batches: the
+            // history's rows stored by rope_store, then one decode row a sequence.
+            let mut next = 0usize;
+            let (mut past, mut step) = (Batch::default(), Batch::default());
+            for (si, &h) in hist.iter().enumerate() {
+                let slots: Vec<u32> = perm[next..next + h + 1].to_vec();
+                next += h + 1;
+                for (p, &slot) in slots[..h].iter().enumerate() {
+                    past.tokens.push(0);
+                    past.positions.push(p as u32);
+                    past.slots.push(slot);
+                }
+                let mask = masked.then(|| {
+                    (0..=h)
+                        .map(|j| j == h || self.rng.below(3) != 0)
+                        .collect::<Vec<bool>>()
+                });
+                step.seqs.push(BatchSeq {
+                    first_row: si,
+                    n_rows: 1,
+                    first_pos: h as u32,
+                    kv_slots: slots.clone(),
+                    mask,
+                });
+                step.tokens.push(0);
+                step.positions.push(h as u32);
+                step.slots.push(slots[h]);
+            }
+            let mut ups = Vec::new();
+            for (rows, cols) in [
+                (n_hist, q_dim),
+                (n_hist, kv_dim),
+                (n_hist, kv_dim),
+                (n_seq, q_dim),
+                (n_seq, kv_dim),
+                (n_seq, kv_dim),
+            ] {
+                let d = self.rng.activations(rows, cols);
+                match self.upload(rows.max(1), cols, &d) {
+                    Ok((b, _)) => ups.push(b),
+                    Err(e) => return self.error(op, shape, "-", e.to_string(), false),
+                }
+            }
+            let mut nw = Vec::new();
+            for _ in 0..2 {
+                let w: Vec<f32> = (0..hd).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+                match self.weight(GgmlType::F32, 1, hd, &w) {
+                    Ok((w, _)) => nw.push(w),
+                    Err(e) => return self.error(op, shape, "-", e, true),
+                }
+            }
+            let rope = RopeParams {
+                style,
+                head_dim: hd,
+                n_rot,
+                base: 10_000.0,
+            };
+            let attn = AttentionParams {
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window,
+            };
+            let qkv = |i: usize| QkvIn {
+                q: &ups[i],
+                k: &ups[i + 1],
+                v: &ups[i + 2],
+                q_norm: norms.then_some(&nw[0]),
+                k_norm: norms.then_some(&nw[1]),
+                eps: 1e-6,
+            };
+            let run = |fused: bool, listen: bool| -> Result<(HostTensor, Recorder), BackendError> {
+                let mut cache = self.b.alloc_kv(layout)?;
+                if n_hist > 0 {
+                    self.b
+                        .rope_store(&mut cache, 1, qkv(0), &past.positions, rope, &past)?;
+                }
+                let mut rec = Recorder::new();
+                let pos = &step.positions;
+                let mut call = |taps: &mut Taps<'_>| {
+                    if fused {
+                        self.b.rope_store_attention(
+                            &mut cache,
+                            1,
+                            qkv(3),
+                            pos,
+                            rope,
+                            &step,
+                            attn,
+                            taps,
+                        )
+                    } else {
+                        rope_store_attention_unfused(
+                            self.b,
+                            &mut cache,
+                            1,
+                            qkv(3),
+                            pos,
+                            rope,
+                            &step,
+                            attn,
+                            taps,
+                        )
+                    }
+                };
+                let out = if listen {
+                    call(&mut Taps::new(&mut rec))?
+                } else {
+                    call(&mut Taps::none())?
+                };
+                Ok((self.b.to_host(&out), rec))
+            };
+            let runs = (run(false, true), run(true, false), run(true, true));
+            let ((want, wrec), (quiet, _), (got, grec)) = match runs {
+                (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+                (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                    self.error(op, shape, "-", e.to_string(), false);
+                    continue;
+                }
+            };
+            self.record(op, format!("{shape}: output"), "-", &want, &quiet, 0.0);
+            self.record(
+                op,
+                format!("{shape}: output, taps on"),
+                "-",
+                &want,
+                &got,
+                0.0,
+            );
+            let names = |r: &Recorder| r.taps.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
+            if names(&wrec) != names(&grec) {
+                self.error(
+                    op,
+                    format!("{shape}: taps"),
+                    "-",
+                    format!(
+                        "taps {:?}, the two ops emit {:?}",
+                        names(&grec),
+                        names(&wrec)
+                    ),
+                    false,
+                );
+            }
+            for (name, w) in &wrec.taps {
+                match grec.get(name) {
+                    Some(g) => {
+                        let g = g.clone();
+                        self.record(op, format!("{shape}: {name}"), "-", w, &g, 0.0)
+                    }
+                    None => self.error(op, format!("{shape}: {name}"), "-", "no tap".into(), false),
+                }
+            }
+        }
+    }
+
     fn rope_cases(&mut self) {
         if !self.wants("rope", "-") {
             return;
@@ -1867,6 +2096,8 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
             h.attention_case(c, kv_f16);
         }
     }
+    // rope_store and attention in one op (cuda: one kernel for short decode steps). Last too.
+    h.rope_attention_cases();
     OpsReport {
         backend: name.to_string(),
         arithmetic: arith,
