@@ -3296,6 +3296,17 @@ extern "C" __global__ void __launch_bounds__(TOP_THREADS)
     block_top_keys<TOP_PER>(kk, k, keys + slot * k, red64);
 }
 
+// The logits of a few tokens of some rows (RowPick::gather: what penalties and a logit bias
+// adjust), copied bit for bit: out[i] = x[rows[i] * n_vocab + ids[i]], one thread a pair.
+extern "C" __global__ void logits_gather(const float* __restrict__ x, int n_vocab,
+                                         const u32* __restrict__ rows,
+                                         const u32* __restrict__ ids, int n,
+                                         float* __restrict__ out) {
+    GRID_ENTER();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[(size_t)rows[i] * n_vocab + ids[i]];
+}
+
 // Pass 2: one block per row over the nb * k keys of pass 1 (at most TOP_THREADS * TOP_PER).
 // Writes out[r * (2k + 6) ..]: k ids, k values (the logits' own bits, read back from x), the
 // non-finite count, the NaN count, the first non-finite index (-1: none) and its value, and

@@ -291,6 +291,7 @@ struct Kernels {
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
     logits_top_part: CudaFunction,
     logits_top_merge: CudaFunction,
+    logits_gather: CudaFunction,
     draw_leaves: CudaFunction,
     draw_pick: CudaFunction,
     nucleus_hist: CudaFunction,
@@ -845,6 +846,7 @@ impl CudaBackend {
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
             logits_top_merge: f("logits_top_merge")?,
+            logits_gather: f("logits_gather")?,
             draw_leaves: f("draw_leaves")?,
             draw_pick: f("draw_pick")?,
             nucleus_hist: f("nucleus_hist")?,
@@ -1215,8 +1217,14 @@ impl CudaBackend {
         if rows == 0 {
             return Some(Vec::new());
         }
-        let picking = picks.iter().any(Option::is_some);
-        if picking && (picks.len() != rows || !plan::draw_fits(v)) {
+        // Picks that ask for draws or totals; a pick may ask only for a few tokens' logits.
+        let picking = picks
+            .iter()
+            .any(|p| p.is_some_and(|p| p.draw.is_some() || p.wants_total()));
+        let gathering = picks
+            .iter()
+            .any(|p| p.is_some_and(|p| !p.gather.is_empty()));
+        if (picking || gathering) && picks.len() != rows || picking && !plan::draw_fits(v) {
             return None;
         }
         let words = 2 * k + 6;
@@ -1358,11 +1366,22 @@ impl CudaBackend {
                         total: total(r),
                         nucleus: None,
                         row: None,
+                        gathered: Vec::new(),
                     }
                 })
                 .collect::<Vec<_>>(),
         )
         .map(|mut rows_out| {
+            if gathering {
+                let gathered = self.gather_on_device(logits, picks);
+                for (r, (s, g)) in rows_out.iter_mut().zip(gathered).enumerate() {
+                    s.gathered = g;
+                    // Too few of the largest logits outside the gathered tokens: the row.
+                    if s.non_finite == 0 && pick(r).needs_row(&s.top, v) {
+                        s.row = Some(self.host_row(logits, r));
+                    }
+                }
+            }
             // Top-p: the gathered prefix when it holds the nucleus, else the row.
             for (r, s) in rows_out.iter_mut().enumerate() {
                 if let (Some(p), Some(total)) = (pick(r).nucleus, s.total) {
@@ -1379,6 +1398,72 @@ impl CudaBackend {
             }
             rows_out
         })
+    }
+
+    /// Per row, `RowPick::gather`'s tokens with their logits (the bits of the row), from one
+    /// `logits_gather` launch over every row's tokens. Tokens past the row come back NaN, as
+    /// `RowPick::fill` gives them.
+    fn gather_on_device(
+        &self,
+        logits: &CudaTensor,
+        picks: &[Option<RowPick>],
+    ) -> Vec<Vec<(u32, f32)>> {
+        let v = logits.cols;
+        let mut rows_of = Vec::new();
+        let mut ids = Vec::new();
+        for (r, p) in picks.iter().enumerate() {
+            for &id in p.map_or(&[][..], |p| p.gather) {
+                if (id as usize) < v {
+                    rows_of.push(r as u32);
+                    ids.push(id);
+                }
+            }
+        }
+        let n = ids.len();
+        let got = if n == 0 {
+            Vec::new()
+        } else {
+            let upload = |h: &[u32]| {
+                self.stream
+                    .clone_htod(h)
+                    .unwrap_or_else(|e| device_failure("logits_gather", e))
+            };
+            let (rows_d, ids_d) = (upload(&rows_of), upload(&ids));
+            let mut out = self
+                .stream
+                .alloc_zeros::<f32>(n)
+                .unwrap_or_else(|e| device_failure("logits_gather", e));
+            let (vi, ni) = (v as i32, n as i32);
+            let mut b = self.stream.launch_builder(&self.k.logits_gather);
+            b.arg(logits.buf())
+                .arg(&vi)
+                .arg(&rows_d)
+                .arg(&ids_d)
+                .arg(&ni)
+                .arg(&mut out);
+            // SAFETY: every pair names a row of `logits` (rows x v floats) and an id below v;
+            // out holds one float a pair.
+            unsafe { b.launch(self.elementwise("logits_gather", n)) }
+                .unwrap_or_else(|e| device_failure("logits_gather", e));
+            self.host_f32("logits_gather", &out, n)
+        };
+        let mut at = 0;
+        picks
+            .iter()
+            .map(|p| {
+                p.map_or(&[][..], |p| p.gather)
+                    .iter()
+                    .map(|&id| {
+                        if (id as usize) < v {
+                            at += 1;
+                            (id, got.get(at - 1).copied().unwrap_or(f32::NAN))
+                        } else {
+                            (id, f32::NAN)
+                        }
+                    })
+                    .collect()
+            })
+            .collect()
     }
 
     /// The top-p candidates of the rows whose parameters ask for a total alone

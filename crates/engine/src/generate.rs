@@ -51,7 +51,8 @@ pub struct GenerateOptions {
     /// or top-k without penalties) the backend reduces the row where it computed it and only
     /// those cross to the host, and when it needs a draw from the whole row
     /// ([`Sampler::row_draw_needed`]: temperature sampling without top-k, top-p or penalties)
-    /// the backend draws there; the token is the same either way.
+    /// the backend draws there; greedy or top-k with penalties get the largest logits and the
+    /// penalty window's ([`Sampler::top_needed_adjusted`]). The token is the same either way.
     pub full_logits: bool,
 }
 
@@ -72,6 +73,9 @@ enum Want {
     Draw,
     /// Top-p without top-k (`Sampler::nucleus_needed`).
     Nucleus(f32),
+    /// Greedy or top-k with penalties: the largest logits and the penalty window's
+    /// (`Sampler::top_needed_adjusted`, each step), or the row when they do not fit.
+    Adjusted,
 }
 
 /// What `sampler` needs from a step's row (`full_logits`: the whole row, always).
@@ -84,6 +88,8 @@ fn wanted(sampler: &Sampler, vocab: usize, full_logits: bool) -> Want {
         Want::Draw
     } else if sampler.nucleus_needed(vocab) {
         Want::Nucleus(sampler.params().top_p)
+    } else if sampler.adjusts_from_top(vocab) {
+        Want::Adjusted
     } else {
         Want::Full
     }
@@ -97,10 +103,43 @@ pub(crate) fn sample_summary(
     sampler: &mut Sampler,
     s: &LogitsSummary,
     history: &[u32],
+    bias: &[(u32, f32)],
 ) -> Result<u32, SamplingError> {
     let n = s.n_vocab;
     if let Some(row) = &s.row {
-        return sampler.sample(row, history);
+        if bias.is_empty() {
+            return sampler.sample(row, history);
+        }
+        let mut r = row.clone();
+        for &(id, b) in bias {
+            if let Some(v) = r.get_mut(id as usize) {
+                *v += b;
+            }
+        }
+        return sampler.sample(&r, history);
+    }
+    if sampler.params().penalties_active() || !bias.is_empty() {
+        // The penalty window's and the biased tokens' logits came with the summary.
+        let ids: Vec<u32> = bias.iter().map(|b| b.0).collect();
+        let Some(need) = sampler.top_needed_adjusted(n, history, &ids) else {
+            return Err(SamplingError::TooFewCandidates {
+                given: s.top.len(),
+                needed: None,
+            });
+        };
+        let mut values = Vec::with_capacity(need.ids.len());
+        for id in need.ids {
+            let Some(&(_, raw)) = s.gathered.iter().find(|g| g.0 == id) else {
+                return Err(SamplingError::TooFewCandidates {
+                    given: s.top.len(),
+                    needed: None,
+                });
+            };
+            // The bias as the row path adds it: each entry in the request's order.
+            let v = bias.iter().filter(|b| b.0 == id).fold(raw, |v, b| v + b.1);
+            values.push((id, v));
+        }
+        return sampler.sample_from_top_adjusted(&s.top, &values, history, n, s.first_non_finite);
     }
     if sampler.row_draw_needed(n) {
         return sampler.finish_row_draw(s.drawn, n, s.first_non_finite);
@@ -118,16 +157,24 @@ pub(crate) fn sample_summary(
     sampler.sample_from_top(&s.top, n, s.first_non_finite)
 }
 
-/// One forward step of `seq`, with the watch-mode taps handed to the monitor.
+/// One forward step of `seq` over what `history` (the prompt's `n_prompt` tokens, then those
+/// generated) holds beyond the cache: the prompt, then one token a step. The watch-mode taps
+/// go to the monitor.
 fn step<B: Backend>(
     engine: &mut Engine<B>,
     seq: SeqId,
-    tokens: &[u32],
+    history: &[u32],
+    n_prompt: usize,
     monitor: &mut Monitor,
-    index: usize,
     want: Want,
     sampler: &mut Sampler,
 ) -> Result<NextLogits, EngineError> {
+    let index = history.len() - n_prompt;
+    let tokens = if index == 0 {
+        history
+    } else {
+        &history[history.len() - 1..]
+    };
     let mut forward = |engine: &mut Engine<B>, taps: &mut Taps<'_>| -> Result<_, EngineError> {
         Ok(match want {
             Want::Top(k) => NextLogits::Top(engine.forward_one_top(seq, tokens, taps, k)?),
@@ -149,6 +196,16 @@ fn step<B: Backend>(
                 1,
                 Some(RowPick::nucleus(p)),
             )?),
+            Want::Adjusted => match sampler.top_needed_adjusted(engine.n_vocab(), history, &[]) {
+                Some(need) => NextLogits::Top(engine.forward_one_top_pick(
+                    seq,
+                    tokens,
+                    taps,
+                    need.k,
+                    Some(RowPick::gathering(&need.ids, need.untouched)),
+                )?),
+                None => NextLogits::Full(engine.forward_one(seq, tokens, taps)?),
+            },
         })
     };
     if monitor.config().enabled && monitor.config().watch {
@@ -198,7 +255,15 @@ pub fn generate_with<B: Backend>(
     let result = (|| {
         let t0 = Instant::now();
         let want = wanted(&sampler, engine.n_vocab(), opts.full_logits);
-        let mut logits = step(engine, seq, prompt, &mut monitor, 0, want, &mut sampler)?;
+        let mut logits = step(
+            engine,
+            seq,
+            prompt,
+            prompt.len(),
+            &mut monitor,
+            want,
+            &mut sampler,
+        )?;
         let prompt_time = t0.elapsed();
         let t1 = Instant::now();
         let mut history: Vec<u32> = prompt.to_vec();
@@ -214,7 +279,7 @@ pub fn generate_with<B: Backend>(
                 }
                 NextLogits::Top(s) => {
                     monitor.observe_summary(ids.len(), s);
-                    sample_summary(&mut sampler, s, &history)
+                    sample_summary(&mut sampler, s, &history, &[])
                 }
             };
             let id = match chosen {
@@ -254,9 +319,9 @@ pub fn generate_with<B: Backend>(
             logits = step(
                 engine,
                 seq,
-                &[id],
+                &history,
+                prompt.len(),
                 &mut monitor,
-                ids.len(),
                 want,
                 &mut sampler,
             )?;

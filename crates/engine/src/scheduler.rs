@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use lockstep_graph::{row_total, Backend, HostTensor, LogitsSummary, RowPick, Taps};
 use lockstep_sampling::{
-    FinishReason, ParamError, Sampler, SamplingParams, StopChecker, MAX_TOP_CANDIDATES,
+    AdjustedNeed, FinishReason, ParamError, Sampler, SamplingParams, StopChecker,
+    MAX_TOP_CANDIDATES,
 };
 use lockstep_tokenizer::{StreamDecoder, Tokenizer};
 
@@ -169,6 +170,9 @@ pub struct SchedulerStats {
     /// Of the picked top-p rows, those whose nucleus reached past the largest logits, so the
     /// row itself crossed.
     pub nucleus_rows_copied: u64,
+    /// Rows with penalties or a logit bias whose largest logits held too few tokens outside
+    /// the adjusted ones (`RowPick::needs_row`), so the row itself crossed.
+    pub adjusted_rows_copied: u64,
     /// Seconds spent in forward passes, and in whole steps (scheduling, sampling, logprobs,
     /// monitors and stream decoding included).
     pub forward_seconds: f64,
@@ -503,24 +507,31 @@ impl<B: Backend> Scheduler<B> {
         let full_logits = self.full_logits;
         let samples =
             |n: usize, a: &Active| a.seq.is_some() && n > 0 && a.computed + n == a.history.len();
-        // Per sampling row, the largest logits it needs and what it asks of the rest of the
-        // row; `None` for the step: some row needs its whole row.
-        let wants: Option<Vec<(usize, Option<Pick>)>> = plan
+        // Per sampling row, the largest logits it needs, what it asks of the rest of the row,
+        // and the tokens whose logits it needs beside them (penalties and a logit bias
+        // adjust those: `Sampler::top_needed_adjusted`); `None` for the step: some row needs
+        // its whole row.
+        let wants: Option<Vec<RowWant>> = plan
             .iter()
             .zip(&self.running)
             .filter(|&(&n, a)| samples(n, a))
             .map(|(_, a)| {
-                let plain = a.req.logit_bias.is_empty() && !a.req.capture_logits;
-                if !plain || full_logits {
+                if a.req.capture_logits || full_logits {
                     return None;
                 }
                 let s = &a.sampler;
-                let (k, pick) = if let Some(k) = s.top_needed(vocab) {
-                    (k, None)
+                let biased = !a.req.logit_bias.is_empty();
+                let (k, pick, gather) = if let Some(k) = s.top_needed(vocab).filter(|_| !biased) {
+                    (k, None, None)
+                } else if biased || s.params().penalties_active() {
+                    let overridden: Vec<u32> = a.req.logit_bias.iter().map(|b| b.0).collect();
+                    let need = s.top_needed_adjusted(vocab, &a.history, &overridden)?;
+                    (need.k, Some(Pick::of(PickKind::Top)), Some(need))
                 } else if s.row_draw_needed(vocab) {
-                    (1, Some(Pick::of(PickKind::Draw)))
+                    (1, Some(Pick::of(PickKind::Draw)), None)
                 } else if s.nucleus_needed(vocab) {
-                    (1, Some(Pick::of(PickKind::Nucleus(s.params().top_p))))
+                    let p = s.params().top_p;
+                    (1, Some(Pick::of(PickKind::Nucleus(p))), None)
                 } else {
                     return None;
                 };
@@ -529,20 +540,27 @@ impl<B: Backend> Scheduler<B> {
                     Some(n) if n <= MAX_TOP_CANDIDATES => (
                         k.max(n),
                         Some(pick.unwrap_or(Pick::of(PickKind::Top)).with_total()),
+                        gather,
                     ),
                     Some(_) => return None,
-                    None => (k, pick),
+                    None => (k, pick, gather),
                 })
             })
             .collect();
         // The draws take their random values now (given back if the row turns out bad).
-        let picks: Vec<Option<RowPick>> = match &wants {
-            Some(w) if w.iter().any(|(_, p)| p.is_some()) => plan
+        let picks: Vec<Option<RowPick<'_>>> = match &wants {
+            Some(w) if w.iter().any(|(_, p, _)| p.is_some()) => plan
                 .iter()
                 .zip(self.running.iter_mut())
                 .filter(|(&n, a)| samples(n, a))
                 .zip(w)
-                .map(|((_, a), (_, want))| want.map(|p| p.make(&mut a.sampler)))
+                .map(|((_, a), (_, want, need))| {
+                    want.map(|p| RowPick {
+                        gather: need.as_ref().map_or(&[][..], |n| &n.ids),
+                        untouched: need.as_ref().map_or(0, |n| n.untouched),
+                        ..p.make(&mut a.sampler)
+                    })
+                })
                 .collect(),
             _ => Vec::new(),
         };
@@ -579,7 +597,9 @@ impl<B: Backend> Scheduler<B> {
             }
             None => self.stats.rows_full += n_rows,
         }
-        let top = wants.map(|w| w.into_iter().map(|(k, _)| k).fold(1, usize::max));
+        let top = wants
+            .as_ref()
+            .map(|w| w.iter().map(|(k, _, _)| *k).fold(1, usize::max));
         self.stats.steps += 1;
         let t0 = std::time::Instant::now();
         let result = match top {
@@ -622,7 +642,11 @@ impl<B: Backend> Scheduler<B> {
                 StepRows::Full(t) if !t.data.is_empty() => RowLogits::Full(&t.data),
                 StepRows::Top(rows) if !rows.is_empty() => {
                     if rows[0].row.is_some() {
-                        self.stats.nucleus_rows_copied += 1;
+                        if a.req.logit_bias.is_empty() && !a.sampler.params().penalties_active() {
+                            self.stats.nucleus_rows_copied += 1;
+                        } else {
+                            self.stats.adjusted_rows_copied += 1;
+                        }
                     }
                     RowLogits::Top(&rows[0])
                 }
@@ -658,6 +682,10 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
+/// A sampling row's want of a step: how many of its largest logits, what it asks of the rest
+/// of the row, and the tokens whose logits it needs beside them.
+type RowWant = (usize, Option<Pick>, Option<AdjustedNeed>);
+
 /// What a sampling row asks of the rest of its row (`RowPick` before its random value):
 /// nothing more than the largest logits, a draw, or a nucleus; and whether also the row's
 /// total (logprobs; a nucleus brings it anyway).
@@ -687,7 +715,7 @@ impl Pick {
     }
 
     /// The pick for `sampler`'s row, taking its draw's random value now.
-    fn make(self, sampler: &mut Sampler) -> RowPick {
+    fn make(self, sampler: &mut Sampler) -> RowPick<'static> {
         let pick = match self.kind {
             PickKind::Top => RowPick::default(),
             PickKind::Draw => RowPick::draw(sampler.begin_row_draw()),
@@ -726,7 +754,7 @@ fn sample_one(
     let chosen = match logits {
         RowLogits::Top(s) => {
             a.monitor.observe_summary(step, s);
-            sample_summary(&mut a.sampler, s, &a.history)
+            sample_summary(&mut a.sampler, s, &a.history, &a.req.logit_bias)
         }
         RowLogits::Full(logits) => {
             a.monitor.observe_logits(step, logits);
@@ -846,6 +874,7 @@ fn logprobs_of_summary(s: &LogitsSummary, token: u32, k: usize) -> Option<TokenL
         .top
         .iter()
         .chain(s.nucleus.iter().flatten())
+        .chain(&s.gathered)
         .find(|&&(id, _)| id == token)
         .map(|&(_, l)| l)
         .or(s.drawn_logit.filter(|_| s.drawn == Some(token)))

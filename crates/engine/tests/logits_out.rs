@@ -93,12 +93,46 @@ fn generation_from_summaries_is_generation_from_full_rows() {
         (1.0, 0, 0.9, 0.0),
         (0.8, 0, 0.2, 0.05),
     ];
-    for (ci, &(temperature, top_k, top_p, min_p)) in cases.iter().enumerate() {
+    // Penalties (repeat, frequency, presence, window): greedy and top-k get the row's largest
+    // logits and the window's tokens' (`Sampler::top_needed_adjusted`); the wider windows
+    // outgrow what a summary carries and take the row from some step on.
+    let penalties = [
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.0, 0.0, 0.0, Some(64)),
+        (1.3, 0.0, 0.0, Some(16)),
+        (1.1, 0.5, 0.2, Some(32)),
+        (0.9, -0.3, 0.0, Some(12)),
+        (1.0, 0.0, 1.5, None),
+    ];
+    let cases: Vec<_> = cases
+        .iter()
+        .copied()
+        .chain([
+            (0.0, 1, 1.0, 0.0),
+            (0.9, 40, 0.9, 0.05),
+            (1.2, 8, 1.0, 0.0),
+            (0.0, 1, 1.0, 0.0),
+        ])
+        .zip(penalties)
+        .collect();
+    for (ci, &((temperature, top_k, top_p, min_p), (rp, fp, pp, window))) in
+        cases.iter().enumerate()
+    {
         let params = SamplingParams {
             temperature,
             top_k,
             top_p,
             min_p,
+            repeat_penalty: rp,
+            frequency_penalty: fp,
+            presence_penalty: pp,
+            repeat_last_n: window,
             seed: 1000 + ci as u64,
             max_tokens: Some(24),
             ignore_eos: true,

@@ -614,6 +614,89 @@ fn whole_row_picks_sample_what_full_rows_sample() {
 }
 
 #[test]
+fn penalized_and_biased_rows_sample_what_full_rows_sample() {
+    // Penalties and logit biases adjust a few logits: greedy and top-k requests with them get
+    // the row's largest logits and those tokens' logits (`Sampler::top_needed_adjusted`), not
+    // the row, and sample what the row gives. Penalties that lower and raise logits, a bias
+    // that promotes a token from deep in the row and one that sinks the likeliest, logprobs.
+    let mut reqs: Vec<Request> = mixed_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.logprobs = None;
+            r.params.max_tokens = Some(24);
+            r
+        })
+        .collect();
+    reqs[0].params.repeat_penalty = 1.5;
+    reqs[0].params.repeat_last_n = Some(16);
+    reqs[1].params.top_k = 40;
+    reqs[1].params.frequency_penalty = 0.8;
+    reqs[1].params.presence_penalty = 0.5;
+    reqs[1].params.repeat_last_n = Some(20);
+    reqs[2].params.repeat_penalty = 0.9;
+    reqs[2].params.presence_penalty = -0.7;
+    reqs[2].params.repeat_last_n = Some(8);
+    reqs[2].logit_bias = vec![(777, 9.0), (12, -4.0), (777, 0.25)];
+    reqs[3].params.top_k = 5;
+    reqs[3].params.temperature = 1.3;
+    reqs[3].params.repeat_penalty = 1.2;
+    reqs[3].params.repeat_last_n = Some(10);
+    reqs[3].logprobs = Some(3);
+    reqs[4].logit_bias = vec![(500, 12.0)];
+    reqs[5].params.top_k = 20;
+    reqs[5].params.frequency_penalty = 1.0;
+    reqs[5].params.repeat_last_n = Some(12);
+    let run = |full: bool, reqs: &[Request]| {
+        let mut s = scheduler(
+            EngineConfig::default(),
+            SchedulerConfig {
+                max_seqs: 3,
+                ..SchedulerConfig::default()
+            },
+        );
+        s.set_full_logits(full);
+        let out = plain_outcomes(&mut s, reqs);
+        (out, s.stats())
+    };
+    let (adjusted, stats) = run(false, &reqs);
+    let (full, full_stats) = run(true, &reqs);
+    assert_eq!(adjusted, full);
+    let generated = 24 * reqs.len();
+    assert_eq!(stats.rows_full, 0, "no row crossed whole");
+    assert_eq!(stats.rows_picked as usize, generated);
+    assert_eq!(full_stats.rows_full as usize, generated);
+    // The adjustments changed what was sampled: without them, other tokens.
+    let plain: Vec<Request> = reqs
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.logit_bias.clear();
+            r.params.repeat_penalty = 1.0;
+            r.params.frequency_penalty = 0.0;
+            r.params.presence_penalty = 0.0;
+            r
+        })
+        .collect();
+    let (unadjusted, _) = run(false, &plain);
+    // Penalties alone (greedy, and top-k sampling), penalties and a bias, a bias alone.
+    for i in [0, 1, 2, 4] {
+        assert_ne!(unadjusted[i].0, adjusted[i].0, "request {i}");
+    }
+    // A window of more distinct tokens than fit beside the largest logits (the 64 largest
+    // and the window's, the row itself when those hold too few outside the window): the same
+    // tokens. (A window past `MAX_ADJUSTED_TOKENS` takes the row: the sampler's unit tests.)
+    let mut wide = reqs[1].clone();
+    wide.params.repeat_last_n = None;
+    wide.params.top_k = 60;
+    wide.prompt = prompt(100, 9);
+    let (a, st) = run(false, std::slice::from_ref(&wide));
+    let (b, _) = run(true, std::slice::from_ref(&wide));
+    assert_eq!(a, b);
+    assert_eq!((st.rows_full, st.rows_picked), (0, 24));
+    assert!(st.adjusted_rows_copied > 0, "{st:?}");
+}
+
+#[test]
 fn logprobs_from_reduced_rows_are_the_full_rows_logprobs() {
     // Logprobs (5 alternatives) of greedy, top-k, whole-row draw and top-p requests, batched:
     // the rows reduced with their totals give the tokens and logprob bits whole rows give.

@@ -27,13 +27,13 @@ pub enum LogitsOut<'a> {
     Top(usize),
     /// As `Top(k)`, and for each output row whose entry of the slice is `Some`, what
     /// [`RowPick`] asks of the whole row. The slice has one entry per output row.
-    TopPick(usize, &'a [Option<RowPick>]),
+    TopPick(usize, &'a [Option<RowPick<'a>>]),
 }
 
 /// What a backend makes of one output row beyond its summary ([`LogitsOut::TopPick`]), so
 /// that sampling without top-k, and logprobs, need no copy of the row.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RowPick {
+pub struct RowPick<'a> {
     /// A token drawn from the whole row ([`LogitsSummary::drawn`], its logit in
     /// [`LogitsSummary::drawn_logit`]), bitwise [`draw_row`]'s: temperature sampling without
     /// top-k or top-p.
@@ -46,11 +46,19 @@ pub struct RowPick {
     /// The row's total weight at temperature 1 ([`LogitsSummary::total`], bitwise
     /// [`row_total`]'s): what top-p measures against, and the logprobs' normalizer.
     pub total: bool,
+    /// Tokens whose logits to hand back ([`LogitsSummary::gathered`], the row's own bits, in
+    /// this order): what penalties and a logit bias adjust, beside the largest logits
+    /// (`Sampler::top_needed_adjusted`). Each below the row's length.
+    pub gather: &'a [u32],
+    /// How many of the row's largest logits outside `gather` the caller needs (what its
+    /// sampler keeps of the tokens nothing adjusts): when the `k` largest hold fewer, the row
+    /// itself comes back too ([`LogitsSummary::row`]).
+    pub untouched: usize,
 }
 
-impl RowPick {
+impl<'a> RowPick<'a> {
     /// A token drawn from the whole row.
-    pub fn draw(d: RowDraw) -> RowPick {
+    pub fn draw(d: RowDraw) -> RowPick<'a> {
         RowPick {
             draw: Some(d),
             ..RowPick::default()
@@ -58,7 +66,7 @@ impl RowPick {
     }
 
     /// Top-p at `p` without top-k: the total and the nucleus.
-    pub fn nucleus(p: f32) -> RowPick {
+    pub fn nucleus(p: f32) -> RowPick<'a> {
         RowPick {
             nucleus: Some(p),
             total: true,
@@ -66,8 +74,26 @@ impl RowPick {
         }
     }
 
+    /// The logits of `ids` too, and the row when the largest logits hold fewer than
+    /// `untouched` tokens outside `ids`.
+    pub fn gathering(ids: &'a [u32], untouched: usize) -> RowPick<'a> {
+        RowPick {
+            gather: ids,
+            untouched,
+            ..RowPick::default()
+        }
+    }
+
+    /// Whether `top` (a row's largest logits) holds fewer than [`untouched`](Self::untouched)
+    /// tokens outside [`gather`](Self::gather) while the row has more: then the row itself is
+    /// handed back.
+    pub fn needs_row(&self, top: &[(u32, f32)], n_vocab: usize) -> bool {
+        let outside = top.iter().filter(|t| !self.gather.contains(&t.0)).count();
+        outside < self.untouched && top.len() < n_vocab
+    }
+
     /// This pick and the row's total too.
-    pub fn with_total(self) -> RowPick {
+    pub fn with_total(self) -> RowPick<'a> {
         RowPick {
             total: true,
             ..self
@@ -91,6 +117,14 @@ impl RowPick {
         }
         if let Some(p) = self.nucleus {
             s.nucleus = nucleus_prefix(row, p);
+        }
+        s.gathered = self
+            .gather
+            .iter()
+            .map(|&i| (i, row.get(i as usize).copied().unwrap_or(f32::NAN)))
+            .collect();
+        if s.non_finite == 0 && self.needs_row(&s.top, row.len()) {
+            s.row = Some(row.to_vec());
         }
     }
 }
@@ -153,8 +187,12 @@ pub struct LogitsSummary {
     /// For [`RowPick::nucleus`]: a prefix of the row in the sampler's order holding the
     /// nucleus (the host's reduction gives the nucleus itself, a device a longer prefix).
     pub nucleus: Option<Vec<(u32, f32)>>,
-    /// The row itself, when a [`RowPick::nucleus`] reached past what the backend gathered.
+    /// The row itself, when a [`RowPick::nucleus`] reached past what the backend gathered,
+    /// or the largest logits hold too few tokens outside [`RowPick::gather`]
+    /// ([`RowPick::needs_row`]).
     pub row: Option<Vec<f32>>,
+    /// [`RowPick::gather`]'s tokens with their logits, in its order (NaN for one past the row).
+    pub gathered: Vec<(u32, f32)>,
 }
 
 /// The sort key of the sampler's order: a larger key is a larger logit, or the same logit
@@ -226,6 +264,7 @@ impl LogitsSummary {
             total: None,
             nucleus: None,
             row: None,
+            gathered: Vec::new(),
         }
     }
 }
@@ -275,6 +314,28 @@ mod tests {
         assert_eq!(s.first_non_finite.map(|f| f.0), Some(1));
         assert!(s.top.is_empty());
         assert_eq!(s.entropy, 0.0);
+    }
+
+    #[test]
+    fn gathered_logits_and_the_row_when_the_top_holds_too_few_others() {
+        let row = [1.0, 3.0, -0.0, 3.0, 0.0, -2.5, 7.0, -1e30];
+        let ids = [6, 7, 1, 8];
+        // Two tokens outside `ids` wanted among the top 3 (6, 1, 3): only 3 is.
+        let pick = RowPick::gathering(&ids, 2);
+        let mut s = LogitsSummary::of_row(&row, 3);
+        pick.fill(&row, &mut s);
+        assert_eq!(s.gathered.len(), 4);
+        assert_eq!(&s.gathered[..3], &[(6, 7.0), (7, -1e30), (1, 3.0)]);
+        assert!(s.gathered[3].1.is_nan(), "one past the row");
+        assert_eq!(s.row.as_deref(), Some(&row[..]));
+        // One is there: no row.
+        let mut s = LogitsSummary::of_row(&row, 3);
+        RowPick::gathering(&ids, 1).fill(&row, &mut s);
+        assert_eq!(s.row, None);
+        // The top is the whole row: nothing more to hand back.
+        let mut s = LogitsSummary::of_row(&row, 8);
+        RowPick::gathering(&ids, 7).fill(&row, &mut s);
+        assert_eq!(s.row, None);
     }
 
     #[test]

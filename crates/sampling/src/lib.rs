@@ -28,5 +28,5 @@ pub use finish::FinishReason;
 pub use params::{SamplingParams, DEFAULT_REPEAT_LAST_N, DEFAULT_SEED};
 pub use penalties::apply_penalties;
 pub use row_draw::{draw_row, nucleus_len, row_total, RowDraw};
-pub use sampler::{nucleus_prefix, Sampler, MAX_TOP_CANDIDATES};
+pub use sampler::{nucleus_prefix, AdjustedNeed, Sampler, MAX_ADJUSTED_TOKENS, MAX_TOP_CANDIDATES};
 pub use stop::{StopChecker, StopResult};

@@ -98,7 +98,7 @@ impl SamplingParams {
     }
 
     /// Whether any penalty would change a logit.
-    pub(crate) fn penalties_active(&self) -> bool {
+    pub fn penalties_active(&self) -> bool {
         self.repeat_last_n != Some(0)
             && (self.repeat_penalty != 1.0
                 || self.presence_penalty != 0.0

@@ -40,10 +40,7 @@ pub(crate) fn apply_penalties_with(
     if !params.penalties_active() {
         return Ok(());
     }
-    let window = match params.repeat_last_n {
-        None => history,
-        Some(n) => &history[history.len().saturating_sub(n)..],
-    };
+    let window = penalty_window(history, params);
     if window.is_empty() {
         return Ok(());
     }
@@ -61,7 +58,6 @@ pub(crate) fn apply_penalties_with(
             });
         }
     }
-    let rp = params.repeat_penalty;
     for run in window_buf.chunk_by(|a, b| a == b) {
         let (Some(&token), count) = (run.first(), run.len()) else {
             continue;
@@ -71,16 +67,37 @@ pub(crate) fn apply_penalties_with(
         let Some(logit) = logits.get_mut(index) else {
             continue;
         };
-        let mut l = *logit;
-        if rp != 1.0 {
-            l = if l <= 0.0 { l * rp } else { l / rp };
-        }
-        // `count > 0` always holds here, so the presence term is unconditional.
-        l -= count as f32 * params.frequency_penalty + params.presence_penalty;
-        if !l.is_finite() {
-            return Err(SamplingError::NonFinitePenalizedLogit { index, value: l });
-        }
-        *logit = l;
+        *logit = penalize(*logit, index, count, params)?;
     }
     Ok(())
+}
+
+/// One window token's logit `l` (token `index`, `count` times in the window) penalized: the
+/// repeat penalty, then the frequency and presence terms, in f32 as llama.cpp does. Shared by
+/// the whole-row path and the sampler's path from a row's summary, so both give the same bits.
+pub(crate) fn penalize(
+    l: f32,
+    index: usize,
+    count: usize,
+    params: &SamplingParams,
+) -> Result<f32, SamplingError> {
+    let rp = params.repeat_penalty;
+    let mut l = l;
+    if rp != 1.0 {
+        l = if l <= 0.0 { l * rp } else { l / rp };
+    }
+    // `count > 0` always holds here, so the presence term is unconditional.
+    l -= count as f32 * params.frequency_penalty + params.presence_penalty;
+    if !l.is_finite() {
+        return Err(SamplingError::NonFinitePenalizedLogit { index, value: l });
+    }
+    Ok(l)
+}
+
+/// The last `repeat_last_n` tokens of `history` (all of it if `None`): the penalty window.
+pub(crate) fn penalty_window<'h>(history: &'h [u32], params: &SamplingParams) -> &'h [u32] {
+    match params.repeat_last_n {
+        None => history,
+        Some(n) => &history[history.len().saturating_sub(n)..],
+    }
 }

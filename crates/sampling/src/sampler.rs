@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::error::{ParamError, SamplingError};
 use crate::params::SamplingParams;
-use crate::penalties::apply_penalties_with;
+use crate::penalties::{apply_penalties_with, penalize, penalty_window};
 use crate::row_draw::{draw_row, nucleus_len as nucleus_of_top, tree_sum, unit_weight, RowDraw};
 
 /// A surviving token during filtering.
@@ -30,6 +30,34 @@ fn by_logit_desc(a: &Candidate, b: &Candidate) -> Ordering {
 
 /// The most candidates [`Sampler::top_needed`] asks for (llama.cpp's default top-k is 40).
 pub const MAX_TOP_CANDIDATES: usize = 64;
+
+/// The most tokens [`Sampler::top_needed_adjusted`] hands the caller to fetch beside a row's
+/// largest logits (a penalty window of whole conversations fits).
+pub const MAX_ADJUSTED_TOKENS: usize = 4096;
+
+/// What [`Sampler::top_needed_adjusted`] needs of a raw row: its `k` largest logits, the
+/// logits of `ids` (sorted, distinct), and among the `k` at least `untouched` outside `ids`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdjustedNeed {
+    /// How many of the row's largest logits to fetch.
+    pub k: usize,
+    /// The tokens whose logits to fetch: those penalties and the caller's overrides adjust.
+    pub ids: Vec<u32>,
+    /// How many tokens outside `ids` the sampler keeps (greedy 1, or its top-k).
+    pub untouched: usize,
+}
+
+impl AdjustedNeed {
+    /// Whether a row's largest logits `top` hold what the sampler needs (else the caller
+    /// takes the row): `untouched` tokens outside `ids`, or the whole row.
+    pub fn holds(&self, top: &[(u32, f32)], n_vocab: usize) -> bool {
+        let outside = top
+            .iter()
+            .filter(|t| self.ids.binary_search(&t.0).is_err())
+            .count();
+        outside >= self.untouched || top.len() >= n_vocab
+    }
+}
 
 /// Number of logit buckets used by [`top_p`] to locate the nucleus boundary
 /// without sorting the whole vocabulary.
@@ -240,11 +268,169 @@ impl Sampler {
         if self.params.penalties_active() {
             return None;
         }
+        self.base_top_need(n_vocab)
+    }
+
+    /// What [`top_needed`](Self::top_needed) would be without penalties.
+    fn base_top_need(&self, n_vocab: usize) -> Option<usize> {
         if self.params.temperature <= 0.0 {
             return Some(1);
         }
         let k = self.params.top_k;
         ((1..=MAX_TOP_CANDIDATES).contains(&k) && k < n_vocab).then_some(k)
+    }
+
+    /// Whether [`top_needed_adjusted`](Self::top_needed_adjusted) can serve this sampler:
+    /// greedy, or top-k of at most [`MAX_TOP_CANDIDATES`] below `n_vocab`.
+    pub fn adjusts_from_top(&self, n_vocab: usize) -> bool {
+        self.base_top_need(n_vocab).is_some()
+    }
+
+    /// For a sampler with penalties, or a row some of whose logits the caller overrides (a
+    /// request's logit bias): what [`sample_from_top_adjusted`](Self::sample_from_top_adjusted)
+    /// needs of the raw row to return exactly what [`sample`](Self::sample) returns on the
+    /// adjusted row. Adjusting moves the tokens `ids` (the penalty window's within the
+    /// vocabulary, and `overridden`'s; at most [`MAX_ADJUSTED_TOKENS`]) anywhere in the row and
+    /// no other, so the sampler's candidates are the adjusted tokens and the row's
+    /// `untouched` largest logits outside `ids` (greedy 1, or the top-k). The raw row's `k`
+    /// largest logits hold those when they hold `untouched` tokens outside `ids`: always
+    /// when `k = untouched + ids.len()` fits [`MAX_TOP_CANDIDATES`], else (`k` is then that
+    /// bound) unless more of `ids` than `k - untouched` are among them; the caller checks
+    /// ([`AdjustedNeed::holds`]) and takes the row when not. `None`: the whole row is needed
+    /// (temperature sampling without top-k, or too many tokens to adjust).
+    pub fn top_needed_adjusted(
+        &self,
+        n_vocab: usize,
+        history: &[u32],
+        overridden: &[u32],
+    ) -> Option<AdjustedNeed> {
+        let untouched = self.base_top_need(n_vocab)?;
+        let window = if self.params.penalties_active() {
+            penalty_window(history, &self.params)
+        } else {
+            &[]
+        };
+        let mut ids: Vec<u32> = window
+            .iter()
+            .chain(overridden)
+            .copied()
+            .filter(|&t| (t as usize) < n_vocab)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > MAX_ADJUSTED_TOKENS {
+            return None;
+        }
+        let k = (untouched + ids.len()).min(MAX_TOP_CANDIDATES.max(untouched));
+        Some(AdjustedNeed { k, ids, untouched })
+    }
+
+    /// [`sample`](Self::sample) on a row that the caller adjusted at a few tokens and this
+    /// sampler penalizes, from the raw row's largest logits `top` (the sampler's order) and
+    /// `values`: every token of [`top_needed_adjusted`](Self::top_needed_adjusted)'s `ids`,
+    /// sorted by id, with its value in the caller's adjusted row (the raw logit plus any
+    /// bias). `first_non_finite` is the raw row's. With at least `top_needed_adjusted`'s `k`
+    /// entries in `top`, the token, the randomness consumed and the errors are exactly
+    /// `sample`'s on the adjusted row: the window's tokens penalized in id order by the same
+    /// operations, then the untouched tokens of `top` and the adjusted ones in the sampler's
+    /// order, then top-k, top-p, min-p and the draw as [`sample_from_top`](Self::sample_from_top).
+    pub fn sample_from_top_adjusted(
+        &mut self,
+        top: &[(u32, f32)],
+        values: &[(u32, f32)],
+        history: &[u32],
+        n_vocab: usize,
+        first_non_finite: Option<(u32, f32)>,
+    ) -> Result<u32, SamplingError> {
+        let value_of = |id: u32| {
+            values
+                .binary_search_by_key(&id, |&(i, _)| i)
+                .ok()
+                .and_then(|j| values.get(j))
+                .map(|&(_, v)| v)
+        };
+        // The adjusted row's first non-finite entry: the raw row's first (as adjusted: a
+        // finite bias keeps it non-finite), or an adjusted token before it.
+        let raw_first = first_non_finite.map(|(i, v)| (i, value_of(i).unwrap_or(v)));
+        let adjusted_first = values.iter().find(|(_, v)| !v.is_finite()).copied();
+        let first = match (raw_first, adjusted_first) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+        check_summary(n_vocab, first)?;
+        let need = self.base_top_need(n_vocab);
+        let is_adjusted = |id: &u32| values.binary_search_by_key(id, |&(i, _)| i).is_ok();
+        let outside = top.iter().filter(|t| !is_adjusted(&t.0)).count();
+        let Some(k) = need.filter(|&k| outside >= k || top.len() >= n_vocab) else {
+            return Err(SamplingError::TooFewCandidates {
+                given: outside,
+                needed: need,
+            });
+        };
+        let mut adjusted = values.to_vec();
+        if self.params.penalties_active() {
+            // apply_penalties_with's steps on the tokens alone: the window sorted, its
+            // largest token checked, each distinct token penalized once, in id order.
+            let window = penalty_window(history, &self.params);
+            self.window.clear();
+            self.window.extend_from_slice(window);
+            self.window.sort_unstable();
+            if let Some(&max_token) = self.window.last() {
+                if max_token as usize >= n_vocab {
+                    return Err(SamplingError::TokenOutOfRange {
+                        token: max_token,
+                        vocab_size: n_vocab,
+                    });
+                }
+            }
+            for run in self.window.chunk_by(|a, b| a == b) {
+                let (Some(&token), count) = (run.first(), run.len()) else {
+                    continue;
+                };
+                let Ok(j) = adjusted.binary_search_by_key(&token, |&(i, _)| i) else {
+                    // The caller left out a window token: it did not ask top_needed_adjusted.
+                    return Err(SamplingError::TooFewCandidates {
+                        given: top.len(),
+                        needed: None,
+                    });
+                };
+                if let Some(entry) = adjusted.get_mut(j) {
+                    entry.1 = penalize(entry.1, token as usize, count, &self.params)?;
+                }
+            }
+        }
+        let cands = &mut self.candidates;
+        cands.clear();
+        cands.extend(
+            top.iter()
+                .filter(|(id, _)| adjusted.binary_search_by_key(id, |&(i, _)| i).is_err())
+                .map(|&(id, logit)| Candidate { id, logit }),
+        );
+        cands.extend(adjusted.iter().map(|&(id, logit)| Candidate { id, logit }));
+        cands.sort_by(by_logit_desc);
+        cands.truncate(k);
+        if self.params.temperature <= 0.0 {
+            return cands
+                .first()
+                .map(|c| c.id)
+                .ok_or(SamplingError::EmptyLogits);
+        }
+        Ok(self.draw_sorted_candidates())
+    }
+
+    /// top-p, min-p and the draw over `self.candidates`, already in the sampler's order.
+    fn draw_sorted_candidates(&mut self) -> u32 {
+        let cands = &mut self.candidates;
+        let mut sorted = true;
+        top_p(cands, self.params.top_p, &mut sorted);
+        min_p(cands, self.params.min_p, sorted);
+        let u = unit_f64(&mut self.rng);
+        draw(
+            &self.candidates,
+            self.params.temperature,
+            u,
+            &mut self.weights,
+        )
     }
 
     /// [`sample`](Self::sample) from a row's `top` logits alone, for a row of `n_vocab`
@@ -272,16 +458,7 @@ impl Sampler {
         let cands = &mut self.candidates;
         cands.clear();
         cands.extend(top[..k].iter().map(|&(id, logit)| Candidate { id, logit }));
-        let mut sorted = true;
-        top_p(cands, self.params.top_p, &mut sorted);
-        min_p(cands, self.params.min_p, sorted);
-        let u = unit_f64(&mut self.rng);
-        Ok(draw(
-            &self.candidates,
-            self.params.temperature,
-            u,
-            &mut self.weights,
-        ))
+        Ok(self.draw_sorted_candidates())
     }
 
     /// The distribution [`sample`](Self::sample) would draw from for this
@@ -931,6 +1108,207 @@ mod tests {
                 assert_eq!(a, b, "case {ci}, step {step}");
             }
         }
+    }
+
+    type Entries = Vec<(u32, f32)>;
+
+    /// The caller's side of the adjusted path: the raw row's top and, per asked token, its
+    /// raw value plus the biases naming it (in the bias list's order, as the row path adds).
+    fn adjusted_inputs(
+        row: &[f32],
+        k: usize,
+        ids: &[u32],
+        bias: &[(u32, f32)],
+    ) -> (Entries, Entries) {
+        let values = ids
+            .iter()
+            .map(|&id| {
+                let mut v = row[id as usize];
+                for &(b, x) in bias {
+                    if b == id {
+                        v += x;
+                    }
+                }
+                (id, v)
+            })
+            .collect();
+        (top_by_sort(row, k), values)
+    }
+
+    fn biased(row: &[f32], bias: &[(u32, f32)]) -> Vec<f32> {
+        let mut r = row.to_vec();
+        for &(id, x) in bias {
+            r[id as usize] += x;
+        }
+        r
+    }
+
+    #[test]
+    fn penalized_and_biased_sampling_from_the_top_is_sampling_from_the_row() {
+        // (temperature, top_k, top_p, min_p, repeat, frequency, presence, window)
+        let cases = [
+            (0.0, 40, 1.0, 0.0, 1.1, 0.0, 0.0, Some(64)),
+            (0.8, 40, 0.95, 0.05, 1.1, 0.0, 0.0, Some(16)),
+            (0.7, 10, 1.0, 0.0, 1.0, 0.5, 0.3, Some(24)),
+            // Penalties that raise logits, and the whole history as the window.
+            (1.0, 20, 0.9, 0.0, 0.8, -0.4, -1.0, None),
+            (0.0, 1, 1.0, 0.0, 1.3, 0.2, 0.1, Some(8)),
+            (1.2, 5, 1.0, 0.1, 1.0, 0.0, 0.0, Some(0)),
+        ];
+        let mut adjusted_steps = 0;
+        for (ci, &(temperature, top_k, top_p, min_p, rp, fp, pp, window)) in
+            cases.iter().enumerate()
+        {
+            let params = SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repeat_penalty: rp,
+                frequency_penalty: fp,
+                presence_penalty: pp,
+                repeat_last_n: window,
+                seed: 5 + ci as u64,
+                ..SamplingParams::default()
+            };
+            let mut full = Sampler::new(params.clone()).unwrap();
+            let mut from_top = Sampler::new(params).unwrap();
+            for step in 0..150u64 {
+                let n = [200, 1000, 5000][(step % 3) as usize];
+                let mut row = pseudo_logits(n, step * 17 + ci as u64, 10.0);
+                for v in row.iter_mut().step_by(3) {
+                    *v = (*v * 2.0).round() / 2.0;
+                }
+                row[1] = -0.0;
+                // The history repeats a few of the row's largest tokens, so penalties
+                // reorder the top; the bias lifts a low token and sinks a high one.
+                let top_ids: Vec<u32> = top_by_sort(&row, 8).iter().map(|t| t.0).collect();
+                let mut history: Vec<u32> = (0..30u32)
+                    .map(|i| (i * 37 + step as u32) % n as u32)
+                    .collect();
+                history.extend(top_ids.iter().take((step % 5) as usize));
+                history.push(top_ids[0]);
+                let bias: Vec<(u32, f32)> = if step % 2 == 0 {
+                    vec![
+                        (n as u32 - 1, 30.0),
+                        (top_ids[1], -5.0),
+                        (n as u32 - 1, 0.5),
+                    ]
+                } else {
+                    Vec::new()
+                };
+                let overridden: Vec<u32> = bias.iter().map(|b| b.0).collect();
+                let Some(need) = from_top.top_needed_adjusted(n, &history, &overridden) else {
+                    panic!("case {ci}, step {step}: the adjusted path fits");
+                };
+                let (top, values) = adjusted_inputs(&row, need.k, &need.ids, &bias);
+                let a = full.sample(&biased(&row, &bias), &history).unwrap();
+                let b = if need.holds(&top, n) {
+                    adjusted_steps += 1;
+                    from_top
+                        .sample_from_top_adjusted(&top, &values, &history, n, None)
+                        .unwrap()
+                } else {
+                    // What the caller does then: the row.
+                    from_top.sample(&biased(&row, &bias), &history).unwrap()
+                };
+                assert_eq!(a, b, "case {ci}, step {step}");
+            }
+        }
+        assert!(
+            adjusted_steps > 5 * 150,
+            "{adjusted_steps} steps from the top"
+        );
+    }
+
+    #[test]
+    fn adjusted_sampling_from_the_top_errs_as_the_row_does() {
+        let params = SamplingParams {
+            temperature: 0.0,
+            repeat_penalty: 1e-30,
+            repeat_last_n: Some(8),
+            ..SamplingParams::default()
+        };
+        let mut row = pseudo_logits(1000, 3, 10.0);
+        row[7] = 1e10; // divided by 1e-30: +inf
+        let history = [3u32, 7, 9];
+        let mut full = Sampler::new(params.clone()).unwrap();
+        let mut from_top = Sampler::new(params).unwrap();
+        let need = from_top.top_needed_adjusted(1000, &history, &[]).unwrap();
+        assert_eq!((need.k, need.ids.as_slice()), (4, &[3u32, 7, 9][..]));
+        let (top, values) = adjusted_inputs(&row, need.k, &need.ids, &[]);
+        let a = full.sample(&row, &history).unwrap_err();
+        let b = from_top
+            .sample_from_top_adjusted(&top, &values, &history, 1000, None)
+            .unwrap_err();
+        assert_eq!(a, b);
+        assert!(matches!(
+            a,
+            SamplingError::NonFinitePenalizedLogit { index: 7, .. }
+        ));
+        // A non-finite raw logit, and a bias that overflows an earlier one: the first wins.
+        let mut bad = pseudo_logits(1000, 4, 10.0);
+        bad[500] = f32::NAN;
+        bad[20] = 3.0e38;
+        let bias = [(20u32, 3.0e38f32)];
+        let mut full = Sampler::new(SamplingParams::default()).unwrap();
+        let mut from_top = Sampler::new(SamplingParams::default()).unwrap();
+        let need = from_top.top_needed_adjusted(1000, &[], &[20]).unwrap();
+        let (top, values) = adjusted_inputs(&bad, need.k, &need.ids, &bias);
+        let a = full.sample(&biased(&bad, &bias), &[]).unwrap_err();
+        let b = from_top
+            .sample_from_top_adjusted(&top, &values, &[], 1000, Some((500, f32::NAN)))
+            .unwrap_err();
+        assert_eq!(a, b);
+        assert!(matches!(a, SamplingError::NonFiniteLogit { index: 20, .. }));
+        // A history token outside the vocabulary: the row path's error.
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 1.1,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        let need = s.top_needed_adjusted(1000, &[5, 1000], &[]).unwrap();
+        assert_eq!(need.ids, [5]);
+        let (top, values) = adjusted_inputs(&row, need.k, &need.ids, &[]);
+        assert_eq!(
+            s.sample_from_top_adjusted(&top, &values, &[5, 1000], 1000, None),
+            Err(SamplingError::TokenOutOfRange {
+                token: 1000,
+                vocab_size: 1000
+            })
+        );
+        // More tokens than fit beside the top: the 64 largest, which the caller checks.
+        let long: Vec<u32> = (0..100).collect();
+        let need = s.top_needed_adjusted(1000, &long, &[]).unwrap();
+        // (The window: the last 64 of the history, 36..100; top-k 40 by default.)
+        assert_eq!((need.k, need.ids.len(), need.untouched), (64, 64, 40));
+        let top = |from: u32| -> Vec<(u32, f32)> { (from..from + 64).map(|i| (i, 1.0)).collect() };
+        assert!(!need.holds(&top(0), 1000), "36 outside the window");
+        assert!(need.holds(&top(76), 1000), "40 outside");
+        assert!(need.holds(&top(0)[..1], 1), "the whole row");
+        // Too many tokens to adjust, or no top-k: the whole row.
+        let longer: Vec<u32> = (0..5000).collect();
+        let whole_history = Sampler::new(SamplingParams {
+            repeat_penalty: 1.1,
+            repeat_last_n: None,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(
+            whole_history.top_needed_adjusted(10_000, &longer, &[]),
+            None
+        );
+        assert!(whole_history
+            .top_needed_adjusted(10_000, &longer[..4096], &[])
+            .is_some());
+        let no_top_k = Sampler::new(SamplingParams {
+            temperature: 0.8,
+            top_k: 0,
+            repeat_penalty: 1.1,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        assert_eq!(no_top_k.top_needed_adjusted(1000, &[1, 2], &[]), None);
     }
 
     #[test]

@@ -173,6 +173,9 @@ pub struct LoadRequest {
     pub top_k: Option<usize>,
     /// `top_p` to send (by default none: the server's default, 1).
     pub top_p: Option<f32>,
+    /// `frequency_penalty` and `presence_penalty` to send (by default none: 0).
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
 }
 
 /// What one streamed completion produced.
@@ -221,6 +224,12 @@ pub async fn stream_completion(
     }
     if let Some(k) = r.top_k {
         body["top_k"] = json!(k);
+    }
+    if let Some(f) = r.frequency_penalty {
+        body["frequency_penalty"] = json!(f);
+    }
+    if let Some(p) = r.presence_penalty {
+        body["presence_penalty"] = json!(p);
     }
     let body = body.to_string();
     let start = Instant::now();
@@ -541,6 +550,8 @@ pub fn synthetic_requests(n: usize, distinct: usize, max_tokens: usize) -> Vec<L
                 logprobs: true,
                 top_k: None,
                 top_p: None,
+                frequency_penalty: None,
+                presence_penalty: None,
             }
         })
         .collect()

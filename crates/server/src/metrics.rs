@@ -231,11 +231,12 @@ impl Metrics {
             counter(&mut o, "lockstep_preemptions_total", "Requests preempted (recomputed later) for lack of KV blocks.", s.preemptions);
             counter(&mut o, "lockstep_prefix_cache_queries_total", "Whole prompt blocks looked up in the prefix cache.", s.prefix_blocks_queried);
             counter(&mut o, "lockstep_prefix_cache_hits_total", "Whole prompt blocks found in the prefix cache.", s.prefix_blocks_hit);
-            let _ = writeln!(o, "# HELP lockstep_sampled_rows_total Sampled logits rows by how they reached the sampler: whole, reduced to their largest logits where computed, or reduced with what the sampler needs of the rest made where computed (a drawn token, the total weight for top-p).\n# TYPE lockstep_sampled_rows_total counter");
+            let _ = writeln!(o, "# HELP lockstep_sampled_rows_total Sampled logits rows by how they reached the sampler: whole, reduced to their largest logits where computed, or reduced with what the sampler needs of the rest made where computed (a drawn token, the total weight for top-p, the logits of the tokens that penalties and a logit bias adjust).\n# TYPE lockstep_sampled_rows_total counter");
             for (how, n) in [("full", s.rows_full), ("reduced", s.rows_reduced), ("picked", s.rows_picked)] {
                 let _ = writeln!(o, "lockstep_sampled_rows_total{{logits=\"{how}\"}} {n}");
             }
             counter(&mut o, "lockstep_nucleus_rows_copied_total", "Top-p rows without top-k whose nucleus reached past the largest logits, so the row itself crossed.", s.nucleus_rows_copied);
+            counter(&mut o, "lockstep_adjusted_rows_copied_total", "Rows with penalties or a logit bias whose largest logits held too few tokens outside the adjusted ones, so the row itself crossed.", s.adjusted_rows_copied);
             m.ttft.render(&mut o, "lockstep_time_to_first_token_seconds", "Time from request arrival to its first token.");
             m.itl.render(&mut o, "lockstep_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
             m.e2e.render(&mut o, "lockstep_request_latency_seconds", "Time from request arrival to its end.");

@@ -334,8 +334,8 @@ impl<'b, B: Backend> Harness<'b, B> {
     /// [`RowPick::fill`] gives on the row: a token drawn from the whole row (spread
     /// temperatures, min-p on some rows, uniforms from 0 to just under 1), or for top-p the
     /// row's total weight and the row itself when the nucleus reaches past the k largest.
-    /// Some rows ask for a draw and the total (logprobs), one for the total alone, some for
-    /// nothing.
+    /// Some rows ask for a draw and the total (logprobs), one for the total alone, some for a
+    /// few tokens' logits ([`RowPick::gather`], bitwise), some for nothing.
     fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, pick: bool) {
         if !self.wants("logits_top", "-") {
             return;
@@ -344,34 +344,6 @@ impl<'b, B: Backend> Harness<'b, B> {
             "{rows}x{vocab} k={k} {kind:?}{}",
             if pick { " +pick" } else { "" }
         );
-        let picks: Vec<Option<RowPick>> = (0..rows)
-            .map(|r| {
-                let u = match r % 3 {
-                    0 => f64::from(self.rng.uniform() * 0.5 + 0.5),
-                    1 => 0.0,
-                    _ => 1.0 - 1e-12,
-                };
-                let draw = RowPick::draw(RowDraw {
-                    temperature: [1.0, 0.7, 1.6][r % 3],
-                    ln_min_p: if r % 2 == 1 {
-                        0.05f64.ln()
-                    } else {
-                        f64::NEG_INFINITY
-                    },
-                    u,
-                });
-                // Draws (every other one with the total too, as logprobs ask), nuclei, a
-                // total alone, nothing.
-                let wanted = match r % 8 {
-                    0 | 1 => Some(draw),
-                    4 => Some(draw.with_total()),
-                    2 | 6 => Some(RowPick::nucleus([0.9, 0.3, 0.999][r % 3])),
-                    5 => Some(RowPick::default().with_total()),
-                    _ => None,
-                };
-                wanted.filter(|_| pick)
-            })
-            .collect();
         let mut data: Vec<f32> = (0..rows * vocab).map(|_| self.rng.normal(4.0)).collect();
         match kind {
             TopRows::Spread => {}
@@ -401,6 +373,64 @@ impl<'b, B: Backend> Harness<'b, B> {
                 data[at(2, vocab / 2)] = f32::INFINITY;
             }
         }
+        // Tokens whose logits some rows ask for (penalties' and biases' tokens): both ends of
+        // the row, repeats, one past it (NaN comes back); row 7 of 8 also half of its own
+        // largest, with more untouched tokens wanted than the rest of them (the row comes
+        // back: RowPick::needs_row).
+        let gathers: Vec<(Vec<u32>, usize)> = (0..rows)
+            .map(|r| {
+                let v = vocab as u32;
+                let mut ids = vec![0, v - 1, (r as u32 * 7919) % v, v, v - 1, (r as u32) % v];
+                match r % 8 {
+                    3 | 4 => (ids, 1),
+                    7 => {
+                        let row = &data[r * vocab..(r + 1) * vocab];
+                        ids.extend(
+                            LogitsSummary::of_row(row, k.div_ceil(2))
+                                .top
+                                .iter()
+                                .map(|t| t.0),
+                        );
+                        (ids, k)
+                    }
+                    _ => (Vec::new(), 0),
+                }
+            })
+            .collect();
+        let picks: Vec<Option<RowPick>> = (0..rows)
+            .map(|r| {
+                let u = match r % 3 {
+                    0 => f64::from(self.rng.uniform() * 0.5 + 0.5),
+                    1 => 0.0,
+                    _ => 1.0 - 1e-12,
+                };
+                let draw = RowPick::draw(RowDraw {
+                    temperature: [1.0, 0.7, 1.6][r % 3],
+                    ln_min_p: if r % 2 == 1 {
+                        0.05f64.ln()
+                    } else {
+                        f64::NEG_INFINITY
+                    },
+                    u,
+                });
+                // Draws (every other one with the total too, as logprobs ask), nuclei, a
+                // total alone, a few tokens' logits alone or beside a draw, nothing.
+                let (gather, untouched) = (&gathers[r].0[..], gathers[r].1);
+                let wanted = match r % 8 {
+                    0 | 1 => Some(draw),
+                    4 => Some(RowPick {
+                        gather,
+                        untouched,
+                        ..draw.with_total()
+                    }),
+                    2 | 6 => Some(RowPick::nucleus([0.9, 0.3, 0.999][r % 3])),
+                    5 => Some(RowPick::default().with_total()),
+                    3 | 7 => Some(RowPick::gathering(gather, untouched)),
+                    _ => None,
+                };
+                wanted.filter(|_| pick)
+            })
+            .collect();
         let (t, host) = match self.upload(rows, vocab, &data) {
             Ok(x) => x,
             Err(e) => return self.error("logits_top", shape, "-", e.to_string(), false),
@@ -468,6 +498,15 @@ impl<'b, B: Backend> Harness<'b, B> {
                     g.drawn, want_pick.drawn
                 ));
             }
+            let gathered = |s: &LogitsSummary| -> Vec<(u32, u32)> {
+                s.gathered.iter().map(|&(i, v)| (i, v.to_bits())).collect()
+            };
+            if gathered(g) != gathered(&want_pick) {
+                why.push(format!(
+                    "row {r}: gathered {:?}, expected {:?}",
+                    g.gathered, want_pick.gathered
+                ));
+            }
             if g.total.map(f64::to_bits) != want_pick.total.map(f64::to_bits) {
                 why.push(format!(
                     "row {r}: total {:?}, expected {:?}",
@@ -513,11 +552,22 @@ impl<'b, B: Backend> Harness<'b, B> {
                     _ if want_pick.total.is_none() => {}
                     _ => why.push(format!("row {r}: neither a prefix nor the row")),
                 }
-            } else if g.nucleus.is_some()
-                || g.row.is_some()
-                || g.total.is_some() && want_pick.total.is_none()
+            } else if g.nucleus.is_some() || g.total.is_some() && want_pick.total.is_none() {
+                why.push(format!("row {r}: a nucleus it did not ask for"));
+            } else if g
+                .row
+                .as_ref()
+                .map(|w| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                != want_pick
+                    .row
+                    .as_ref()
+                    .map(|w| w.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
             {
-                why.push(format!("row {r}: a nucleus or row it did not ask for"));
+                why.push(format!(
+                    "row {r}: the row {}handed back, {}expected",
+                    if g.row.is_some() { "" } else { "not " },
+                    if want_pick.row.is_some() { "" } else { "not " }
+                ));
             }
             let rel = (g.entropy - w.entropy).abs() / w.entropy.abs().max(1e-300);
             if !(g.entropy == w.entropy || rel <= 1e-9) {

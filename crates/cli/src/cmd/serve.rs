@@ -233,6 +233,12 @@ pub struct LoadgenArgs {
     /// Send this `top_p` with every request (by default none: the server's default, 1).
     #[arg(long)]
     pub top_p: Option<f32>,
+    /// Send this `frequency_penalty` with every request (by default none: 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub frequency_penalty: Option<f32>,
+    /// Send this `presence_penalty` with every request (by default none: 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub presence_penalty: Option<f32>,
     /// Goodput SLOs in milliseconds.
     #[arg(long)]
     pub slo_ttft_ms: Option<u64>,
@@ -284,6 +290,8 @@ pub fn loadgen_cmd(args: LoadgenArgs) -> Result<()> {
                 r.logprobs = !args.no_logprobs;
                 r.top_k = args.top_k;
                 r.top_p = args.top_p;
+                r.frequency_penalty = args.frequency_penalty;
+                r.presence_penalty = args.presence_penalty;
             }
             let limit = Duration::from_secs(args.time_limit);
             let report = if args.check {
