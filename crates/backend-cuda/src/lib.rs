@@ -1224,7 +1224,9 @@ impl CudaBackend {
         let gathering = picks
             .iter()
             .any(|p| p.is_some_and(|p| !p.gather.is_empty()));
-        if (picking || gathering) && picks.len() != rows || picking && !plan::draw_fits(v) {
+        if picks.iter().any(Option::is_some) && picks.len() != rows
+            || picking && !plan::draw_fits(v)
+        {
             return None;
         }
         let words = 2 * k + 6;
@@ -1372,12 +1374,17 @@ impl CudaBackend {
                 .collect::<Vec<_>>(),
         )
         .map(|mut rows_out| {
+            for (r, s) in rows_out.iter_mut().enumerate() {
+                if pick(r).whole {
+                    s.row = Some(self.host_row(logits, r));
+                }
+            }
             if gathering {
                 let gathered = self.gather_on_device(logits, picks);
                 for (r, (s, g)) in rows_out.iter_mut().zip(gathered).enumerate() {
                     s.gathered = g;
                     // Too few of the largest logits outside the gathered tokens: the row.
-                    if s.non_finite == 0 && pick(r).needs_row(&s.top, v) {
+                    if s.row.is_none() && s.non_finite == 0 && pick(r).needs_row(&s.top, v) {
                         s.row = Some(self.host_row(logits, r));
                     }
                 }

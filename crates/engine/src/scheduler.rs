@@ -161,9 +161,10 @@ pub struct SchedulerStats {
     pub generated_tokens: u64,
     pub prefix_blocks_queried: u64,
     pub prefix_blocks_hit: u64,
-    /// Sampled rows by how their logits reached the sampler: whole, reduced to their largest
+    /// Sampled rows by how their logits reached the sampler: whole (every row of a step with
+    /// `set_full_logits`, else the rows that need all of themselves), reduced to their largest
     /// logits, or reduced with what the sampler needed of the rest made where the row was
-    /// computed (`RowPick`: a drawn token, or the total weight for top-p).
+    /// computed (`RowPick`: a drawn token, the total weight for top-p, adjusted tokens' logits).
     pub rows_full: u64,
     pub rows_reduced: u64,
     pub rows_picked: u64,
@@ -494,59 +495,45 @@ impl<B: Backend> Scheduler<B> {
     }
 
     fn run_step(&mut self, plan: &[usize], events: &mut Vec<(RequestId, Event)>) {
-        // The rows go to the host reduced to their largest logits when every request that
-        // samples this step needs no more (no logit bias or captured logits, and
-        // `Sampler::top_needed`: greedy or top-k without penalties), or needs of the rest of
-        // the row only what the backend can make where it computed it (`RowPick`: a token
-        // drawn from the whole row for temperature sampling without top-k or top-p; the row's
-        // total weight and a prefix holding the nucleus for top-p without top-k; the total
-        // for logprobs, whose top alternatives are among the largest logits); on a GPU that is
-        // a few hundred bytes a row instead of the vocabulary. The rows that sample are those
-        // that end their prompt.
+        // Each row goes to the host reduced to its largest logits when its request needs no
+        // more (`Sampler::top_needed`: greedy or top-k without penalties), or needs of the
+        // rest of the row only what the backend can make where it computed it (`RowPick`: a
+        // token drawn from the whole row for temperature sampling without top-k or top-p; the
+        // row's total weight and a prefix holding the nucleus for top-p without top-k; the
+        // total for logprobs, whose top alternatives are among the largest logits; the logits
+        // of the tokens penalties and a logit bias adjust); on a GPU that is a few hundred
+        // bytes a row instead of the vocabulary. A row that needs all of itself (captured
+        // logits, or penalties with temperature sampling without top-k) crosses whole, alone.
+        // The rows that sample are those that end their prompt.
         let vocab = self.engine.n_vocab();
         let full_logits = self.full_logits;
         let samples =
             |n: usize, a: &Active| a.seq.is_some() && n > 0 && a.computed + n == a.history.len();
         // Per sampling row, the largest logits it needs, what it asks of the rest of the row,
         // and the tokens whose logits it needs beside them (penalties and a logit bias
-        // adjust those: `Sampler::top_needed_adjusted`); `None` for the step: some row needs
-        // its whole row.
-        let wants: Option<Vec<RowWant>> = plan
-            .iter()
-            .zip(&self.running)
-            .filter(|&(&n, a)| samples(n, a))
-            .map(|(_, a)| {
-                if a.req.capture_logits || full_logits {
-                    return None;
-                }
-                let s = &a.sampler;
-                let biased = !a.req.logit_bias.is_empty();
-                let (k, pick, gather) = if let Some(k) = s.top_needed(vocab).filter(|_| !biased) {
-                    (k, None, None)
-                } else if biased || s.params().penalties_active() {
-                    let overridden: Vec<u32> = a.req.logit_bias.iter().map(|b| b.0).collect();
-                    let need = s.top_needed_adjusted(vocab, &a.history, &overridden)?;
-                    (need.k, Some(Pick::of(PickKind::Top)), Some(need))
-                } else if s.row_draw_needed(vocab) {
-                    (1, Some(Pick::of(PickKind::Draw)), None)
-                } else if s.nucleus_needed(vocab) {
-                    let p = s.params().top_p;
-                    (1, Some(Pick::of(PickKind::Nucleus(p))), None)
-                } else {
-                    return None;
-                };
-                Some(match a.req.logprobs {
-                    // The alternatives among the largest logits, the normalizer the total.
-                    Some(n) if n <= MAX_TOP_CANDIDATES => (
-                        k.max(n),
-                        Some(pick.unwrap_or(Pick::of(PickKind::Top)).with_total()),
-                        gather,
-                    ),
-                    Some(_) => return None,
-                    None => (k, pick, gather),
-                })
-            })
-            .collect();
+        // adjust those: `Sampler::top_needed_adjusted`); a row that needs all of itself (or
+        // keeps it: captured logits) asks for it alone, so the others still cross reduced.
+        // `None` for the step: whole rows for everyone (`set_full_logits`).
+        let wants: Option<Vec<RowWant>> = (!full_logits).then(|| {
+            plan.iter()
+                .zip(&self.running)
+                .filter(|&(&n, a)| samples(n, a))
+                .map(|(_, a)| row_want(a, vocab))
+                .collect()
+        });
+        // The running requests whose rows cross whole.
+        let whole_rows: Vec<usize> = match &wants {
+            Some(w) => plan
+                .iter()
+                .zip(&self.running)
+                .enumerate()
+                .filter(|(_, (&n, a))| samples(n, a))
+                .zip(w)
+                .filter(|(_, (_, p, _))| p.is_some_and(|p| matches!(p.kind, PickKind::Whole)))
+                .map(|((i, _), _)| i)
+                .collect(),
+            None => Vec::new(),
+        };
         // The draws take their random values now (given back if the row turns out bad).
         let picks: Vec<Option<RowPick<'_>>> = match &wants {
             Some(w) if w.iter().any(|(_, p, _)| p.is_some()) => plan
@@ -590,10 +577,12 @@ impl<B: Backend> Scheduler<B> {
             .filter(|&(&n, a)| samples(n, a))
             .count() as u64;
         let n_picked = picks.iter().flatten().count() as u64;
+        let n_whole = whole_rows.len() as u64;
         match wants {
             Some(_) => {
-                self.stats.rows_picked += n_picked;
+                self.stats.rows_picked += n_picked - n_whole;
                 self.stats.rows_reduced += n_rows - n_picked;
+                self.stats.rows_full += n_whole;
             }
             None => self.stats.rows_full += n_rows,
         }
@@ -640,6 +629,11 @@ impl<B: Backend> Scheduler<B> {
             a.computed += n;
             let row = match &row {
                 StepRows::Full(t) if !t.data.is_empty() => RowLogits::Full(&t.data),
+                // Asked for whole: the row (a backend that kept it back fails the request:
+                // an empty row is a sampling error).
+                StepRows::Top(rows) if !rows.is_empty() && whole_rows.contains(&i) => {
+                    RowLogits::Full(rows[0].row.as_deref().unwrap_or(&[]))
+                }
                 StepRows::Top(rows) if !rows.is_empty() => {
                     if rows[0].row.is_some() {
                         if a.req.logit_bias.is_empty() && !a.sampler.params().penalties_active() {
@@ -700,6 +694,44 @@ enum PickKind {
     Top,
     Draw,
     Nucleus(f32),
+    /// The row itself.
+    Whole,
+}
+
+/// What `a`'s sampling row wants of a step (see `run_step`).
+fn row_want(a: &Active, vocab: usize) -> RowWant {
+    let whole = (1, Some(Pick::of(PickKind::Whole)), None);
+    if a.req.capture_logits {
+        return whole;
+    }
+    let s = &a.sampler;
+    let biased = !a.req.logit_bias.is_empty();
+    let (k, pick, gather) = if let Some(k) = s.top_needed(vocab).filter(|_| !biased) {
+        (k, None, None)
+    } else if biased || s.params().penalties_active() {
+        let overridden: Vec<u32> = a.req.logit_bias.iter().map(|b| b.0).collect();
+        match s.top_needed_adjusted(vocab, &a.history, &overridden) {
+            Some(need) => (need.k, Some(Pick::of(PickKind::Top)), Some(need)),
+            None => return whole,
+        }
+    } else if s.row_draw_needed(vocab) {
+        (1, Some(Pick::of(PickKind::Draw)), None)
+    } else if s.nucleus_needed(vocab) {
+        let p = s.params().top_p;
+        (1, Some(Pick::of(PickKind::Nucleus(p))), None)
+    } else {
+        return whole;
+    };
+    match a.req.logprobs {
+        // The alternatives among the largest logits, the normalizer the total.
+        Some(n) if n <= MAX_TOP_CANDIDATES => (
+            k.max(n),
+            Some(pick.unwrap_or(Pick::of(PickKind::Top)).with_total()),
+            gather,
+        ),
+        Some(_) => whole,
+        None => (k, pick, gather),
+    }
 }
 
 impl Pick {
@@ -720,6 +752,7 @@ impl Pick {
             PickKind::Top => RowPick::default(),
             PickKind::Draw => RowPick::draw(sampler.begin_row_draw()),
             PickKind::Nucleus(p) => RowPick::nucleus(p),
+            PickKind::Whole => RowPick::whole_row(),
         };
         if self.total {
             pick.with_total()

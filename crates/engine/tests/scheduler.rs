@@ -697,6 +697,79 @@ fn penalized_and_biased_rows_sample_what_full_rows_sample() {
 }
 
 #[test]
+fn a_row_that_needs_all_of_itself_leaves_the_others_reduced() {
+    // Penalties with temperature sampling without top-k (the draw needs the penalized row),
+    // and captured logits, cross whole; the greedy, top-k and biased requests batched with
+    // them still cross reduced, and every request samples what whole rows give.
+    let mut reqs: Vec<Request> = mixed_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.logprobs = None;
+            r
+        })
+        .collect();
+    reqs[1].params.top_k = 0;
+    reqs[1].params.temperature = 0.9;
+    reqs[1].params.frequency_penalty = 0.7;
+    reqs[2].capture_logits = true;
+    reqs[4].logit_bias = vec![(12, 4.0)];
+    reqs[5].params.top_k = 20;
+    let run = |full: bool| {
+        let mut s = scheduler(
+            EngineConfig::default(),
+            SchedulerConfig {
+                max_seqs: 6,
+                ..SchedulerConfig::default()
+            },
+        );
+        s.set_full_logits(full);
+        let ids: Vec<RequestId> = reqs
+            .iter()
+            .map(|r| s.submit(r.clone()).expect("submit"))
+            .collect();
+        // Per request its tokens; the captured rows' bits.
+        let mut tokens: BTreeMap<RequestId, Vec<u32>> = BTreeMap::new();
+        let mut captured: Vec<Vec<u32>> = Vec::new();
+        for _ in 0..10_000 {
+            if !s.has_work() {
+                break;
+            }
+            for (id, ev) in s.step() {
+                match ev {
+                    Event::Token { token, logits, .. } => {
+                        tokens.entry(id).or_default().push(token);
+                        if let Some(l) = logits {
+                            assert_eq!(id, ids[2], "only request 2 captures");
+                            captured.push(l.iter().map(|v| v.to_bits()).collect());
+                        }
+                    }
+                    Event::Failed(m) => panic!("request {id} failed: {m}"),
+                    _ => {}
+                }
+            }
+        }
+        assert!(!s.has_work());
+        let tokens: Vec<Vec<u32>> = ids.iter().map(|id| tokens[id].clone()).collect();
+        (tokens, captured, s.stats())
+    };
+    let (reduced, captured, stats) = run(false);
+    let (full, full_captured, _) = run(true);
+    assert_eq!(reduced, full);
+    assert_eq!(captured.len(), reqs[2].params.max_tokens.unwrap_or(0));
+    assert_eq!(captured, full_captured, "the captured rows, bit for bit");
+    let whole: usize = [1, 2]
+        .iter()
+        .map(|&i| reqs[i].params.max_tokens.unwrap_or(0))
+        .sum();
+    let generated: usize = reqs.iter().filter_map(|r| r.params.max_tokens).sum();
+    assert_eq!(stats.rows_full as usize, whole);
+    assert_eq!(
+        (stats.rows_reduced + stats.rows_picked) as usize,
+        generated - whole
+    );
+}
+
+#[test]
 fn logprobs_from_reduced_rows_are_the_full_rows_logprobs() {
     // Logprobs (5 alternatives) of greedy, top-k, whole-row draw and top-p requests, batched:
     // the rows reduced with their totals give the tokens and logprob bits whole rows give.

@@ -54,6 +54,9 @@ pub struct RowPick<'a> {
     /// sampler keeps of the tokens nothing adjusts): when the `k` largest hold fewer, the row
     /// itself comes back too ([`LogitsSummary::row`]).
     pub untouched: usize,
+    /// The row itself ([`LogitsSummary::row`]), for a sampler that needs all of it (or a
+    /// caller that keeps it): the step's other rows still cross reduced.
+    pub whole: bool,
 }
 
 impl<'a> RowPick<'a> {
@@ -92,6 +95,14 @@ impl<'a> RowPick<'a> {
         outside < self.untouched && top.len() < n_vocab
     }
 
+    /// The row itself.
+    pub fn whole_row() -> RowPick<'a> {
+        RowPick {
+            whole: true,
+            ..RowPick::default()
+        }
+    }
+
     /// This pick and the row's total too.
     pub fn with_total(self) -> RowPick<'a> {
         RowPick {
@@ -123,7 +134,7 @@ impl<'a> RowPick<'a> {
             .iter()
             .map(|&i| (i, row.get(i as usize).copied().unwrap_or(f32::NAN)))
             .collect();
-        if s.non_finite == 0 && self.needs_row(&s.top, row.len()) {
+        if self.whole || s.non_finite == 0 && self.needs_row(&s.top, row.len()) {
             s.row = Some(row.to_vec());
         }
     }
@@ -187,9 +198,9 @@ pub struct LogitsSummary {
     /// For [`RowPick::nucleus`]: a prefix of the row in the sampler's order holding the
     /// nucleus (the host's reduction gives the nucleus itself, a device a longer prefix).
     pub nucleus: Option<Vec<(u32, f32)>>,
-    /// The row itself, when a [`RowPick::nucleus`] reached past what the backend gathered,
-    /// or the largest logits hold too few tokens outside [`RowPick::gather`]
-    /// ([`RowPick::needs_row`]).
+    /// The row itself: asked for ([`RowPick::whole`]), or when a [`RowPick::nucleus`] reached
+    /// past what the backend gathered, or the largest logits hold too few tokens outside
+    /// [`RowPick::gather`] ([`RowPick::needs_row`]).
     pub row: Option<Vec<f32>>,
     /// [`RowPick::gather`]'s tokens with their logits, in its order (NaN for one past the row).
     pub gathered: Vec<(u32, f32)>,

@@ -335,7 +335,8 @@ impl<'b, B: Backend> Harness<'b, B> {
     /// temperatures, min-p on some rows, uniforms from 0 to just under 1), or for top-p the
     /// row's total weight and the row itself when the nucleus reaches past the k largest.
     /// Some rows ask for a draw and the total (logprobs), one for the total alone, some for a
-    /// few tokens' logits ([`RowPick::gather`], bitwise), some for nothing.
+    /// few tokens' logits ([`RowPick::gather`], bitwise), one for a draw and the row itself
+    /// ([`RowPick::whole`]), some for nothing.
     fn logits_top_case(&mut self, rows: usize, vocab: usize, k: usize, kind: TopRows, pick: bool) {
         if !self.wants("logits_top", "-") {
             return;
@@ -414,10 +415,15 @@ impl<'b, B: Backend> Harness<'b, B> {
                     u,
                 });
                 // Draws (every other one with the total too, as logprobs ask), nuclei, a
-                // total alone, a few tokens' logits alone or beside a draw, nothing.
+                // total alone, a few tokens' logits alone or beside a draw, a draw and the row
+                // itself, nothing.
                 let (gather, untouched) = (&gathers[r].0[..], gathers[r].1);
                 let wanted = match r % 8 {
-                    0 | 1 => Some(draw),
+                    0 => Some(draw),
+                    1 => Some(RowPick {
+                        whole: true,
+                        ..draw
+                    }),
                     4 => Some(RowPick {
                         gather,
                         untouched,
