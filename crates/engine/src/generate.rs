@@ -129,7 +129,9 @@ pub(crate) fn sample_summary(
         };
         let mut values = Vec::with_capacity(need.ids.len());
         for id in need.ids {
-            let Some(&(_, raw)) = s.gathered.iter().find(|g| g.0 == id) else {
+            // The gathered logits come in the pick's order: `ids`' own, sorted.
+            let found = s.gathered.binary_search_by_key(&id, |g| g.0);
+            let Some(&(_, raw)) = found.ok().and_then(|j| s.gathered.get(j)) else {
                 return Err(SamplingError::TooFewCandidates {
                     given: s.top.len(),
                     needed: None,

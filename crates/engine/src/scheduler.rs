@@ -521,19 +521,18 @@ impl<B: Backend> Scheduler<B> {
                 .map(|(_, a)| row_want(a, vocab))
                 .collect()
         });
-        // The running requests whose rows cross whole.
-        let whole_rows: Vec<usize> = match &wants {
-            Some(w) => plan
+        // Per running request, whether its row crosses whole.
+        let mut whole_rows = vec![false; self.running.len()];
+        if let Some(w) = &wants {
+            let sampling = plan
                 .iter()
                 .zip(&self.running)
                 .enumerate()
-                .filter(|(_, (&n, a))| samples(n, a))
-                .zip(w)
-                .filter(|(_, (_, p, _))| p.is_some_and(|p| matches!(p.kind, PickKind::Whole)))
-                .map(|((i, _), _)| i)
-                .collect(),
-            None => Vec::new(),
-        };
+                .filter(|(_, (&n, a))| samples(n, a));
+            for ((i, _), (_, p, _)) in sampling.zip(w) {
+                whole_rows[i] = p.is_some_and(|p| matches!(p.kind, PickKind::Whole));
+            }
+        }
         // The draws take their random values now (given back if the row turns out bad).
         let picks: Vec<Option<RowPick<'_>>> = match &wants {
             Some(w) if w.iter().any(|(_, p, _)| p.is_some()) => plan
@@ -577,7 +576,7 @@ impl<B: Backend> Scheduler<B> {
             .filter(|&(&n, a)| samples(n, a))
             .count() as u64;
         let n_picked = picks.iter().flatten().count() as u64;
-        let n_whole = whole_rows.len() as u64;
+        let n_whole = whole_rows.iter().filter(|&&w| w).count() as u64;
         match wants {
             Some(_) => {
                 self.stats.rows_picked += n_picked - n_whole;
@@ -631,7 +630,7 @@ impl<B: Backend> Scheduler<B> {
                 StepRows::Full(t) if !t.data.is_empty() => RowLogits::Full(&t.data),
                 // Asked for whole: the row (a backend that kept it back fails the request:
                 // an empty row is a sampling error).
-                StepRows::Top(rows) if !rows.is_empty() && whole_rows.contains(&i) => {
+                StepRows::Top(rows) if !rows.is_empty() && whole_rows[i] => {
                     RowLogits::Full(rows[0].row.as_deref().unwrap_or(&[]))
                 }
                 StepRows::Top(rows) if !rows.is_empty() => {

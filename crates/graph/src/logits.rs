@@ -91,8 +91,18 @@ impl<'a> RowPick<'a> {
     /// tokens outside [`gather`](Self::gather) while the row has more: then the row itself is
     /// handed back.
     pub fn needs_row(&self, top: &[(u32, f32)], n_vocab: usize) -> bool {
-        let outside = top.iter().filter(|t| !self.gather.contains(&t.0)).count();
-        outside < self.untouched && top.len() < n_vocab
+        if self.untouched == 0 || top.len() >= n_vocab {
+            return false;
+        }
+        // `gather` may hold thousands of tokens (a whole conversation's penalty window): look
+        // the top's few up in a sorted copy rather than scan it once each.
+        let mut ids = self.gather.to_vec();
+        ids.sort_unstable();
+        let outside = top
+            .iter()
+            .filter(|t| ids.binary_search(&t.0).is_err())
+            .count();
+        outside < self.untouched
     }
 
     /// The row itself.
