@@ -198,3 +198,111 @@ unsafe fn make_programmatic(
     }
     Ok(made)
 }
+
+impl StepGraph {
+    /// The graph's kernels in the order they run (the captured step is a chain, sorted here by
+    /// its edges): each one's function name and block count, for the step timeline.
+    pub(crate) fn kernel_chain(&self) -> Result<Vec<crate::timeline::KernelNode>, DriverError> {
+        // SAFETY: `self.graph` is the valid graph this value owns.
+        let (nodes, from, to) = unsafe { nodes_and_edges(self.graph) }?;
+        let order = crate::timeline::chain_order(nodes.len(), |i| {
+            from.iter()
+                .zip(&to)
+                .filter(|(_, t)| **t == nodes[i])
+                .filter_map(|(f, _)| nodes.iter().position(|n| n == f))
+                .collect()
+        });
+        let mut out = Vec::new();
+        for i in order {
+            // SAFETY: a node of `self.graph`, as the driver listed it.
+            if let Some(k) = unsafe { kernel_node(nodes[i]) }? {
+                out.push(k);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A graph's nodes, and its edges as (from, to) lists.
+///
+/// # Safety
+/// `graph` must be a valid graph.
+type NodesAndEdges = (
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+);
+unsafe fn nodes_and_edges(graph: sys::CUgraph) -> Result<NodesAndEdges, DriverError> {
+    let mut n = 0usize;
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }.result()?;
+    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }.result()?;
+    nodes.truncate(n);
+    let mut e = 0usize;
+    unsafe {
+        sys::cuGraphGetEdges_v2(
+            graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut e,
+        )
+    }
+    .result()?;
+    let mut from: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); e];
+    let mut to: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); e];
+    // SAFETY: zero is a valid edge datum.
+    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; e];
+    if e > 0 {
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                graph,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                data.as_mut_ptr(),
+                &mut e,
+            )
+        }
+        .result()?;
+    }
+    from.truncate(e);
+    to.truncate(e);
+    Ok((nodes, from, to))
+}
+
+/// A kernel node's function name and block count; `None` for other nodes.
+///
+/// # Safety
+/// `node` must be a valid node of a live graph.
+unsafe fn kernel_node(
+    node: sys::CUgraphNode,
+) -> Result<Option<crate::timeline::KernelNode>, DriverError> {
+    let mut ty = std::mem::MaybeUninit::<sys::CUgraphNodeType>::uninit();
+    unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }.result()?;
+    // SAFETY: initialized by the successful call above.
+    if unsafe { ty.assume_init() } != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+        return Ok(None);
+    }
+    // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
+    let mut name = String::from("(library kernel)");
+    if !p.func.is_null() {
+        let mut c: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: a valid function handle; the driver returns a string it owns, valid while the
+        // function's module is loaded, copied at once.
+        if unsafe { sys::cuFuncGetName(&mut c, p.func) }
+            .result()
+            .is_ok()
+            && !c.is_null()
+        {
+            name = unsafe { std::ffi::CStr::from_ptr(c) }
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    Ok(Some(crate::timeline::KernelNode {
+        name,
+        blocks: p.gridDimX as u64 * p.gridDimY as u64 * p.gridDimZ as u64,
+    }))
+}

@@ -21,14 +21,90 @@ typedef unsigned int u32;
 // GRID_WAIT and GRID_LAUNCH are GRID_ENTER's two halves, for the decode mat-vecs, which load their
 // first weights before waiting: weights are written once, at upload, never by a kernel, so
 // reading them early is safe, and the load overlaps the end of the kernel before (see fast_rows).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(LOCKSTEP_TIMELINE)
+// The step timeline (LOCKSTEP_CUDA_TIMELINE, timeline.rs; never in the default build): the first
+// thread of a grid's first block stamps the global timer before and after its wait, in launch
+// order (a kernel's wait returns only once the kernel before has finished, after that kernel's
+// own stamp), so record i of a replay is its i-th kernel.
+#define TL_CAP (1u << 19)
+#define TL_TAGS 16
+__device__ unsigned long long lockstep_timeline[TL_CAP * 2];
+__device__ unsigned int lockstep_timeline_n;
+// Marks inside a kernel (TL_MARK(tag), first thread of the first block): the time from the
+// kernel's release to the mark, in ns, at [record * TL_TAGS + tag] (0: not reached). Plain
+// stores: no atomic on the kernel's own path.
+__device__ unsigned int lockstep_marks[TL_CAP * TL_TAGS];
+__device__ __forceinline__ unsigned long long tl_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ bool tl_first() {
+    return (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+}
+// The record index and release time of this block's kernel (first thread only).
+struct TlSelf {
+    unsigned int index;
+    unsigned long long release;
+};
+__device__ __forceinline__ TlSelf* tl_self() {
+    __shared__ TlSelf self;
+    return &self;
+}
+// The index is taken before the wait, off the kernel's path (the host sorts a replay's records
+// by release time, so an index taken out of order cannot misplace a kernel).
+__device__ __forceinline__ unsigned int tl_arrive() {
+    return tl_first() ? atomicAdd(&lockstep_timeline_n, 1u) : 0u;
+}
+__device__ __forceinline__ void tl_record(unsigned long long t0, unsigned int i) {
+    if (tl_first()) {
+        unsigned long long t1 = tl_now();
+        tl_self()->index = i;
+        tl_self()->release = t1;
+        if (i < TL_CAP) {
+            lockstep_timeline[2 * (size_t)i] = t0;
+            lockstep_timeline[2 * (size_t)i + 1] = t1;
+        }
+    }
+}
+__device__ __forceinline__ void tl_mark(unsigned int tag) {
+    if (tl_first()) {
+        // The memory clobber keeps every store before the mark before it, so a mark after a
+        // store of loaded values comes after those loads arrived.
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
+        unsigned int i = tl_self()->index;
+        if (i < TL_CAP && tag < TL_TAGS)
+            lockstep_marks[(size_t)i * TL_TAGS + tag] = (unsigned int)(t - tl_self()->release) | 1u;
+    }
+}
+#define TL_MARK(tag) tl_mark(tag)
+#define GRID_ENTER()                                                                             \
+    do {                                                                                         \
+        unsigned int tli_ = tl_arrive();                                                         \
+        unsigned long long tl0_ = tl_now();                                                      \
+        asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
+        tl_record(tl0_, tli_);                                                                   \
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");                          \
+    } while (0)
+#define GRID_WAIT()                                                                              \
+    do {                                                                                         \
+        unsigned int tli_ = tl_arrive();                                                         \
+        unsigned long long tl0_ = tl_now();                                                      \
+        asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
+        tl_record(tl0_, tli_);                                                                   \
+    } while (0)
+#define GRID_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #define GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define GRID_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define TL_MARK(tag)
 #else
 #define GRID_ENTER()
 #define GRID_WAIT()
 #define GRID_LAUNCH()
+#define TL_MARK(tag)
 #endif
 
 // Type ids are GGUF's (ggml_type).
@@ -642,6 +718,8 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
         if (on && t + i * bd < g) ss += (double)v[i] * (double)v[i];
     ss = block_sum_f64(ss, bd >> 5);
     double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
+    if (scale != scale) TL_MARK(0);  // never: keeps the mark below after the reduction
+    TL_MARK(2);
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int j = t + i * bd;
@@ -730,7 +808,9 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
         av[i] = av[i] + bv[i];
         if (t + i * bd < g) sum[o + t + i * bd] = av[i];
     }
+    TL_MARK(1);
     if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r, bd);
+    TL_MARK(9);
 }
 
 // Element d of one head rotated with its pair by (cos, sin) = cs[2i], cs[2i + 1] (f64, the
@@ -820,6 +900,7 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
         out[d] = rv;
         if (!isq && store) kc[dst + (size_t)h * head_dim + d] = rv;
     }
+    TL_MARK(9);
 }
 
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, int cols) { GRID_ENTER();
@@ -1825,6 +1906,7 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
+    TL_MARK(6);
     for (int i = warp; i < hpb; i += THREADS / 32) {
         int h = att_query_head(kh, h0 + i, group, n_kv_heads);
         float s[ATT_D_MAX_KEYS / 32];
@@ -1857,6 +1939,7 @@ __device__ __forceinline__ void attention_decode_body(
         if (lane == 0) s_sum[i] = l;
     }
     __syncthreads();
+    TL_MARK(7);
     {
         int c = vc4, kg = vkg;
 #pragma unroll
@@ -1887,6 +1970,7 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
+    TL_MARK(8);
     for (int x0 = 0; x0 < hpb * D; x0 += THREADS) {
         // Whole warps step together (hpb * D is a multiple of 32).
         if (x0 + (tid & ~31) >= hpb * D) break;
@@ -1899,6 +1983,7 @@ __device__ __forceinline__ void attention_decode_body(
         out[o] = v;
         if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
     }
+    TL_MARK(9);
 }
 
 #define ATTENTION_DECODE(D)                                                                      \
@@ -2377,6 +2462,7 @@ extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed ch
     int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
     q8_block(x[(size_t)blk * 32 + lane], q, ds, (size_t)blk);
+    TL_MARK(9);
 }
 
 // The quantized activations as the f32 values they stand for (q * d), for the exact kernels of
@@ -2752,8 +2838,12 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
         } else {
             GRID_WAIT();
         }
+        if (acc[0] != acc[0]) TL_MARK(0);  // never: keeps the mark after the first dot
+        TL_MARK(4);
     }
     for (int u = u0; u < units; u += 32) unit(u, false);
+    if (acc[0] != acc[0]) TL_MARK(0);
+    TL_MARK(5);
     float last = 0.0f;
 #pragma unroll
     for (int i = 0; i < NT; i++) {
@@ -2777,6 +2867,7 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
             if (lane == 0) y[(size_t)(t + i) * m + r] = v;
         }
     }
+    TL_MARK(9);
     return last;
 }
 
@@ -2986,8 +3077,10 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         av[i] = av[i] + bv[i];
         if (first && t < nt && t + i * nt < g) sum[t + i * nt] = av[i];
     }
+    TL_MARK(1);
     norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
                           first ? q : nullptr, ds);
+    TL_MARK(3);
 }
 
 __device__ __forceinline__ NormFusedWeights norm_fused_weights(const float* pw, const float* w,

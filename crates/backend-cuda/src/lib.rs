@@ -41,6 +41,7 @@ pub mod compile;
 mod graph_exec;
 pub mod plan;
 pub mod steps;
+pub mod timeline;
 
 use steps::{Capacity, HostInput, InputKind};
 
@@ -490,6 +491,8 @@ struct Captured {
     graph: graph_exec::StepGraph,
     store: StepStore,
     out: CudaTensor,
+    /// The graph's id in the step timeline, when it is on.
+    timeline: Option<usize>,
 }
 
 /// Step graphs: recording, capture and replay of whole forward steps.
@@ -567,6 +570,8 @@ pub struct CudaBackend {
     rope_rows: RefCell<plan::RopeRows>,
     /// Guarded outputs (`check --ops`), when on.
     guards: Option<GuardBook>,
+    /// The step timeline (`LOCKSTEP_CUDA_TIMELINE=FILE`, timeline.rs), when on.
+    timeline: Option<RefCell<timeline::Recorder>>,
 }
 
 /// The int8 values (the first `len` bytes) and the block table (the rest) of the quantization
@@ -610,6 +615,12 @@ impl Drop for CudaBackend {
                 // SAFETY: an allocation of `total` floats the book owns (views into it were
                 // leaked, never freed); dropping the rebuilt slice frees it once.
                 drop(unsafe { self.stream.upgrade_device_ptr::<f32>(ptr, total) });
+            }
+        }
+        if let Some(t) = &self.timeline {
+            match t.borrow().finish(&self.stream) {
+                Ok(summary) => eprint!("{summary}"),
+                Err(e) => eprintln!("cuda timeline: {e}"),
             }
         }
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
@@ -718,6 +729,10 @@ impl CudaBackend {
         let define = fault.map(|f| format!("-D{}", f.1));
         let mut options: Vec<&str> = compile::NVRTC_OPTIONS.to_vec();
         options.extend(define.as_deref());
+        let timeline_file = std::env::var_os("LOCKSTEP_CUDA_TIMELINE").filter(|v| !v.is_empty());
+        if timeline_file.is_some() {
+            options.push("-DLOCKSTEP_TIMELINE");
+        }
         let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
@@ -937,6 +952,8 @@ impl CudaBackend {
             profile_host: std::env::var("LOCKSTEP_CUDA_PROFILE").is_ok_and(|v| v == "host"),
             rope_rows: RefCell::default(),
             guards: None,
+            timeline: timeline_file
+                .map(|f| RefCell::new(timeline::Recorder::new(module.clone(), f.into()))),
         })
     }
 
@@ -2559,9 +2576,11 @@ impl Backend for CudaBackend {
             st.graphs.remove(&fk);
             return Ok(None);
         }
-        c.graph
-            .launch()
-            .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
+        match (&self.timeline, c.timeline) {
+            (Some(t), Some(id)) => t.borrow_mut().around(id, &self.stream, || c.graph.launch()),
+            _ => c.graph.launch(),
+        }
+        .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
         let h = self.logits_out(&c.out, out)?;
         st.replays += 1;
         Ok(Some(h))
@@ -2659,6 +2678,12 @@ impl Backend for CudaBackend {
                     graph_exec::StepGraph::end_capture(&self.stream, self.programmatic_module());
                 match (graph, st.broken.take(), store) {
                     (Ok(Some(graph)), None, Some(store)) => {
+                        let timeline = self.timeline.as_ref().and_then(|t| {
+                            graph
+                                .kernel_chain()
+                                .ok()
+                                .map(|chain| t.borrow_mut().add_graph(chain))
+                        });
                         graph.launch().map_err(|e| {
                             BackendError::Other(format!("cuda step graph launch: {e}"))
                         })?;
@@ -2671,6 +2696,7 @@ impl Backend for CudaBackend {
                                 graph,
                                 store,
                                 out: logits,
+                                timeline,
                             },
                         );
                         Ok(Some(h))

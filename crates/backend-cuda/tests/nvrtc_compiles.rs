@@ -30,6 +30,15 @@ fn sm90() -> &'static (Vec<u8>, compile::KernelRegisters) {
     })
 }
 
+/// The default build's PTX, compiled once for the tests that read it.
+fn plain_ptx() -> &'static String {
+    static PTX: OnceLock<String> = OnceLock::new();
+    PTX.get_or_init(|| {
+        compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", compile::NVRTC_OPTIONS)
+            .unwrap_or_else(|log| panic!("NVRTC (PTX) failed:\n{log}"))
+    })
+}
+
 #[test]
 fn kernels_compile_for_sm90() {
     if !nvrtc_present() {
@@ -131,10 +140,7 @@ fn no_load_moves_above_a_grid_wait() {
         return;
     };
     // The PTX (the front end's order) compiles beside the cubin (ptxas's).
-    let ptx = std::thread::spawn(|| {
-        compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", compile::NVRTC_OPTIONS)
-            .unwrap_or_else(|log| panic!("NVRTC (PTX) failed:\n{log}"))
-    });
+    let ptx = std::thread::spawn(|| plain_ptx().clone());
     let (cubin, _) = sm90();
     let path = std::env::temp_dir().join(format!("lockstep-audit-{}.cubin", std::process::id()));
     std::fs::write(&path, cubin).expect("write the cubin");
@@ -167,4 +173,23 @@ fn no_load_moves_above_a_grid_wait() {
         "loads moved above a grid wait:\n{}",
         bad.join("\n")
     );
+}
+
+/// The step timeline's build (`LOCKSTEP_CUDA_TIMELINE`, timeline.rs) compiles, stamps the
+/// global timer and declares the records the host reads by name.
+#[test]
+fn the_timeline_build_compiles_with_its_records() {
+    if !nvrtc_present() {
+        return;
+    }
+    let mut options = compile::NVRTC_OPTIONS.to_vec();
+    options.push("-DLOCKSTEP_TIMELINE");
+    let ptx = compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &options)
+        .unwrap_or_else(|log| panic!("NVRTC failed with LOCKSTEP_TIMELINE:\n{log}"));
+    for name in ["lockstep_timeline", "lockstep_timeline_n", "%globaltimer"] {
+        assert!(ptx.contains(name), "the timeline build's PTX lacks {name}");
+    }
+    // The default build carries none of it.
+    let plain = plain_ptx();
+    assert!(!plain.contains("lockstep_timeline") && !plain.contains("%globaltimer"));
 }
