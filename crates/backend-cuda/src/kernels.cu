@@ -107,6 +107,23 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define TL_MARK(tag)
 #endif
 
+// Where residual_norm lets the next kernel launch: after its own loads (default), or at its
+// entry (LOCKSTEP_LAUNCH_AT_ENTRY, set by LOCKSTEP_CUDA_LAUNCH_AT_ENTRY=1: the kernel before
+// session 19). The norm is one short dependent chain (load the rows, reduce, scale, quantize)
+// on the step's critical path; launched at its entry, the next kernel's blocks issue their
+// early weight loads (fast_rows) at once, and session 19's timeline found the norm's own row
+// loads queued behind them: Llama-8B's residual_norm took 4-5 us from its release to its first
+// values (over several blocks). After the loads, those early loads overlap the norm's
+// arithmetic instead. (The norms fused into their consumers keep the launch at entry: moved
+// there too, SmolLM2 lost up to 1%.)
+#ifdef LOCKSTEP_LAUNCH_AT_ENTRY
+#define NORM_ENTER() GRID_ENTER()
+#define NORM_LAUNCH_AFTER_LOADS()
+#else
+#define NORM_ENTER() GRID_WAIT()
+#define NORM_LAUNCH_AFTER_LOADS() GRID_LAUNCH()
+#endif
+
 // Type ids are GGUF's (ggml_type).
 #define T_F32 0
 #define T_F16 1
@@ -677,7 +694,8 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             float* __restrict__ out, int g, float eps,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
-                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2);
+                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
+                                            int part = 0, int parts = 1);
 
 // The norm of one group whose values thread t holds in v[i] = x[t + i * blockDim.x] (i < NORM_MAXV,
 // j < g): the f64 sum of squares in i order, the block's fixed reduction, then out[j] =
@@ -694,10 +712,11 @@ template <int NV = NORM_MAXV>
 __device__ __forceinline__ void norm_regs(const float* v, const float* __restrict__ w,
                                           float* __restrict__ out, int g, float eps,
                                           signed char* __restrict__ q, Q8Blk* __restrict__ ds,
-                                          size_t blk0, float* r, int bd) {
+                                          size_t blk0, float* r, int bd, int part = 0,
+                                          int parts = 1) {
     float wv[NV];
     norm_weights<NV>(w, g, bd, wv);
-    norm_regs_w<NV>(v, wv, out, g, eps, q, ds, blk0, r, bd, nullptr, nullptr);
+    norm_regs_w<NV>(v, wv, out, g, eps, q, ds, blk0, r, bd, nullptr, nullptr, part, parts);
 }
 
 // norm_regs on weights already in registers (norm_weights: a fused kernel loads them before its
@@ -709,7 +728,8 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             float* __restrict__ out, int g, float eps,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
-                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2) {
+                                            signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
+                                            int part, int parts) {
     int t = threadIdx.x;
     bool on = !FUSED || t < bd;
     double ss = 0.0;
@@ -720,23 +740,27 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
     double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
     if (scale != scale) TL_MARK(0);  // never: keeps the mark below after the reduction
     TL_MARK(2);
+    // With parts > 1 (residual_norm's blocks of one row, grid.y = parts) this block writes only
+    // its part's values (i % parts == part); every value is still computed (r), the same way.
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         int j = t + i * bd;
         r[i] = 0.0f;
         // Whole warps are on or off (bd is a multiple of 32).
         if (!on) break;
+        bool mine = i % parts == part;
         if (q != nullptr) {
             // Whole warps step together (bd and g are multiples of 32).
             if (i * bd + (t & ~31) >= g) break;
             float o = (float)((double)v[i] * scale) * wv[i];
-            if (!FUSED || out != nullptr) out[j] = o;
+            if (mine && (!FUSED || out != nullptr)) out[j] = o;
             r[i] = o;
-            q8_block(o, q, ds, blk0 + (size_t)(j >> 5), FUSED ? q2 : nullptr,
-                     FUSED ? ds2 : nullptr);
+            if (mine)
+                q8_block(o, q, ds, blk0 + (size_t)(j >> 5), FUSED ? q2 : nullptr,
+                         FUSED ? ds2 : nullptr);
         } else if (j < g) {
             float o = (float)((double)v[i] * scale) * wv[i];
-            if (!FUSED || out != nullptr) out[j] = o;
+            if (mine && (!FUSED || out != nullptr)) out[j] = o;
             r[i] = o;
         }
     }
@@ -785,12 +809,15 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* x, cons
 // blockDim.x: the host runs longer rows as separate ops): b's row post-normed into bn when pw
 // is given, sum = a + (that or b) (the `add` kernel's one f32 add), and the sum's row normed
 // into out when w is given. Every input is loaded once, up front; the stages pass their values
-// in registers.
+// in registers. With grid.y = parts > 1 (plan::residual_parts) a row has that many blocks:
+// each computes everything, as the one block would, and writes the values i % parts == part
+// of its threads: the per-value work (the quantization's shuffles above all) spread over
+// parts SMs instead of one.
 extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a, const float* b, const float* pw, float* bn,
                                          float* sum, const float* w, float* out, int g, float eps,
-                                         signed char* q, Q8Blk* ds) { GRID_ENTER();
+                                         signed char* q, Q8Blk* ds) { NORM_ENTER();
     size_t o = (size_t)blockIdx.x * g;
-    int t = threadIdx.x, bd = blockDim.x;
+    int t = threadIdx.x, bd = blockDim.x, part = blockIdx.y, parts = gridDim.y;
     float av[NORM_MAXV], bv[NORM_MAXV], r[NORM_MAXV];
 #pragma unroll
     for (int i = 0; i < NORM_MAXV; i++) {
@@ -799,17 +826,18 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
         bv[i] = in ? b[o + t + i * bd] : 0.0f;
     }
     if (pw != nullptr) {
-        norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r, bd);
+        norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r, bd, part, parts);
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) bv[i] = r[i];
     }
 #pragma unroll
     for (int i = 0; i < NORM_MAXV; i++) {
         av[i] = av[i] + bv[i];
-        if (t + i * bd < g) sum[o + t + i * bd] = av[i];
+        if (t + i * bd < g && i % parts == part) sum[o + t + i * bd] = av[i];
     }
+    NORM_LAUNCH_AFTER_LOADS();
     TL_MARK(1);
-    if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r, bd);
+    if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r, bd, part, parts);
     TL_MARK(9);
 }
 

@@ -733,6 +733,11 @@ impl CudaBackend {
         if timeline_file.is_some() {
             options.push("-DLOCKSTEP_TIMELINE");
         }
+        // The norms letting the next kernel launch at their entry (the kernels before session
+        // 19; kernels.cu, NORM_ENTER), for comparisons.
+        if std::env::var("LOCKSTEP_CUDA_LAUNCH_AT_ENTRY").is_ok_and(|v| v == "1") {
+            options.push("-DLOCKSTEP_LAUNCH_AT_ENTRY");
+        }
         let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
@@ -3085,10 +3090,12 @@ impl Backend for CudaBackend {
                 Some((q, d)) => l.arg(q).arg(d),
                 None => l.arg(&null).arg(&null),
             };
-            // SAFETY: a, b, and every output are n x k, one block per row; the weights have k
-            // values (checked); the quantized buffer (when given) has room for q8_bytes(n, k).
-            unsafe { l.launch(Self::norm_cfg(n, k)) }
-                .unwrap_or_else(|e| device_failure("residual_norm", e));
+            let mut cfg = Self::norm_cfg(n, k);
+            cfg.grid_dim.1 = plan::residual_parts(n, k, norm_parts_knob());
+            // SAFETY: a, b, and every output are n x k, one block per row (or per part of the
+            // row, each writing its own values); the weights have k values (checked); the
+            // quantized buffer (when given) has room for q8_bytes(n, k).
+            unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("residual_norm", e));
         }
         let post = bn.map(|o| self.tensor("rms_norm", o, n, k));
         let sum = self.tensor("add", sum, n, k);
@@ -4267,6 +4274,13 @@ fn gate_up_q8_knob() -> bool {
 /// (`plan::MIXED_QKV`);
 /// `LOCKSTEP_CUDA_MIXED_QKV=0` runs v alone (the same values bitwise), for comparison. Read
 /// once.
+/// Whether a one-row residual_norm spreads over several blocks (`plan::residual_parts`);
+/// `LOCKSTEP_CUDA_NORM_PARTS=0` keeps one block a row.
+fn norm_parts_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_PARTS").map_or(true, |v| v != "0"))
+}
+
 fn mixed_qkv_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV").map_or(true, |v| v != "0"))

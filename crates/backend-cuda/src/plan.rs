@@ -193,6 +193,21 @@ pub fn norm_threads(g: usize) -> u32 {
 /// of at most this many times `norm_threads` values (8192); longer rows run as separate ops.
 pub const NORM_MAXV: usize = 8;
 
+/// Blocks a one-row `residual_norm` of `g` values runs on (grid.y): one per value a thread
+/// holds, each computing the whole norm and writing its share (kernels.cu, residual_norm), so
+/// the per-value work (the quantization's shuffles) is spread over as many SMs. Session 19's
+/// timeline found Llama-1B's and the 8B's one-block residual_norm 6-9 us a call, most of it
+/// after the loads (tg128 +2-5% on those two). Rows the norm-fused consumers take
+/// ([`NORM_FUSED_MAX`] and shorter: only the last layer's norm is a residual_norm there) keep one
+/// block (SmolLM2 lost 1-3% with three); rows of a prefill already fill the GPU.
+/// `LOCKSTEP_CUDA_NORM_PARTS=0` keeps one block.
+pub fn residual_parts(n: usize, g: usize, knob: bool) -> u32 {
+    if n != 1 || !knob || g <= NORM_FUSED_MAX {
+        return 1;
+    }
+    (g.div_ceil(norm_threads(g) as usize) as u32).clamp(1, NORM_MAXV as u32)
+}
+
 /// Whether `residual_norm`'s kernel takes rows of `g` values.
 pub fn residual_fits(g: usize) -> bool {
     g > 0 && g <= NORM_MAXV * norm_threads(g) as usize
@@ -1404,5 +1419,29 @@ mod tests {
         }
         assert!(rope_attention_fuses(64) && rope_attention_fuses(128));
         assert!(!rope_attention_fuses(256));
+    }
+    #[test]
+    fn residual_parts_follow_the_values_a_thread_holds() {
+        // 2048 values on 512 threads, 4096 on 1024: four values a thread, four blocks.
+        assert_eq!(residual_parts(1, 2048, true), 4);
+        assert_eq!(residual_parts(1, 4096, true), 4);
+        // 8192 on 1024: eight; 1536 on 512: three (the last partly empty).
+        assert_eq!(residual_parts(1, 8192, true), 8);
+        assert_eq!(residual_parts(1, 1536, true), 3);
+        // Rows a fused norm takes (SmolLM2's 576, Gemma-3's 640): one block.
+        assert_eq!(residual_parts(1, 576, true), 1);
+        assert_eq!(residual_parts(1, 1024, true), 1);
+        // Prefill rows, the knob off, an empty row: one block.
+        assert_eq!(residual_parts(2, 4096, true), 1);
+        assert_eq!(residual_parts(1, 4096, false), 1);
+        assert_eq!(residual_parts(1, 0, true), 1);
+        for g in (1056..=8192).step_by(32) {
+            let p = residual_parts(1, g, true) as usize;
+            // Every value a thread holds belongs to a part that exists.
+            assert!(
+                p >= g.div_ceil(norm_threads(g) as usize) && p <= NORM_MAXV,
+                "{g}"
+            );
+        }
     }
 }

@@ -768,7 +768,7 @@ impl<'b, B: Backend> Harness<'b, B> {
 
     fn elementwise_cases(&mut self) {
         let arith = self.arith;
-        for (n, c) in [(1usize, 67usize), (3, 576), (9, 1001), (33, 64)] {
+        for (n, c) in [(1usize, 67usize), (3, 576), (9, 1001), (33, 64), (1, 4096)] {
             let a = self.rng.activations(n, c);
             let bdata = self.rng.activations(n, c);
             let (Ok((ba, ra)), Ok((bb, rb))) = (self.upload(n, c, &a), self.upload(n, c, &bdata))
