@@ -28,6 +28,28 @@ template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     g_warp_bar[warp]->arrive_and_wait();
     return r;
 }
+// Warp-wide votes and reductions (__any_sync, redux.sync): every lane's value meets in g_shfl.
+template <class T, class F> inline T emu_warp_reduce(T v, F f) {
+    int warp = threadIdx.x >> 5;
+    g_shfl[threadIdx.x] = (double)v;
+    g_warp_bar[warp]->arrive_and_wait();
+    T r = (T)g_shfl[warp << 5];
+    for (int l = 1; l < 32; l++) r = f(r, (T)g_shfl[(warp << 5) | l]);
+    g_warp_bar[warp]->arrive_and_wait();
+    return r;
+}
+inline int __any_sync(unsigned, int p) {
+    return emu_warp_reduce<int>(p != 0, [](int a, int b) { return a | b; });
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+    return emu_warp_reduce<unsigned>(v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+inline int __reduce_add_sync(unsigned, int v) {
+    return emu_warp_reduce<int>(v, [](int a, int b) { return a + b; });
+}
+inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
+// The step timeline's marks: nothing to stamp on the CPU.
+#define TL_MARK(tag)
 inline float fminf(float a, float b) { return std::fmin(a, b); }
 inline float rintf(float a) { return std::rint(a); }
 inline float fabsf(float a) { return std::fabs(a); }

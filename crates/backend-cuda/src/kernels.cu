@@ -163,17 +163,37 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
                                          Q8Blk* __restrict__ ds2 = nullptr) {
     int lane = threadIdx.x & 31;
     float a = fabsf(v);
+#ifndef LOCKSTEP_Q8_SHUFFLE
+    // The block's largest |v| by one integer reduction (redux.sync, sm_80 and later) on the
+    // bits, instead of five dependent shuffles: non-negative floats order as their bit
+    // patterns, so without a NaN the maximum is fmaxf's, bit for bit. With a NaN in the block
+    // (fmaxf skips NaNs; the bits would not) the shuffles run as before. A quantization sits
+    // on the decode step's critical path in every norm and activation (session 19's timeline).
+    // LOCKSTEP_Q8_SHUFFLE (LOCKSTEP_CUDA_Q8_SHUFFLE=1) keeps the shuffles, for comparisons.
+    if (__any_sync(0xffffffffu, a != a)) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    } else {
+        a = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(a)));
+    }
+#else
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+#endif
     float d = a / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     float r = rintf(v * id);
     int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
     q[blk * 32 + lane] = (signed char)qi;
     if (q2 != nullptr) q2[blk * 32 + lane] = (signed char)qi;
+#ifndef LOCKSTEP_Q8_SHUFFLE
+    // Integer addition: any order gives the same sum.
+    int s = __reduce_add_sync(0xffffffffu, qi);
+#else
     int s = qi;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#endif
     if (lane == 0) {
         ds[blk] = Q8Blk{d, s};
         if (ds2 != nullptr) ds2[blk] = Q8Blk{d, s};

@@ -738,6 +738,11 @@ impl CudaBackend {
         if std::env::var("LOCKSTEP_CUDA_LAUNCH_AT_ENTRY").is_ok_and(|v| v == "1") {
             options.push("-DLOCKSTEP_LAUNCH_AT_ENTRY");
         }
+        // The activation quantization's reductions by shuffles (the kernels before session 19;
+        // kernels.cu, q8_block), for comparisons.
+        if std::env::var("LOCKSTEP_CUDA_Q8_SHUFFLE").is_ok_and(|v| v == "1") {
+            options.push("-DLOCKSTEP_Q8_SHUFFLE");
+        }
         let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
