@@ -139,34 +139,12 @@ unsafe fn make_programmatic(
     graph: sys::CUgraph,
     ours: sys::CUmodule,
 ) -> Result<usize, DriverError> {
-    let mut n = 0usize;
-    unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            &mut n,
-        )
-    }
-    .result()?;
+    // SAFETY: the caller's `graph` is valid.
+    let (from, to, data) = unsafe { graph_edges(graph) }?;
+    let n = from.len();
     if n == 0 {
         return Ok(0);
     }
-    let mut from: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
-    let mut to: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
-    // SAFETY: zero is a valid edge datum (the default edge).
-    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
-    unsafe {
-        sys::cuGraphGetEdges_v2(
-            graph,
-            from.as_mut_ptr(),
-            to.as_mut_ptr(),
-            data.as_mut_ptr(),
-            &mut n,
-        )
-    }
-    .result()?;
     let programmatic = sys::CUgraphEdgeData {
         from_port: sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
         to_port: 0,
@@ -174,7 +152,7 @@ unsafe fn make_programmatic(
         reserved: [0; 5],
     };
     let mut made = 0;
-    for i in 0..n.min(from.len()) {
+    for i in 0..n {
         let plain = data[i].type_
             == sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_DEFAULT as u8
             && data[i].from_port == 0;
@@ -204,14 +182,18 @@ impl StepGraph {
     /// its edges): each one's function name and block count, for the step timeline.
     pub(crate) fn kernel_chain(&self) -> Result<Vec<crate::timeline::KernelNode>, DriverError> {
         // SAFETY: `self.graph` is the valid graph this value owns.
-        let (nodes, from, to) = unsafe { nodes_and_edges(self.graph) }?;
-        let order = crate::timeline::chain_order(nodes.len(), |i| {
-            from.iter()
-                .zip(&to)
-                .filter(|(_, t)| **t == nodes[i])
-                .filter_map(|(f, _)| nodes.iter().position(|n| n == f))
-                .collect()
-        });
+        let nodes = unsafe { graph_nodes(self.graph) }?;
+        // SAFETY: as above.
+        let (from, to, _) = unsafe { graph_edges(self.graph) }?;
+        let index: std::collections::HashMap<sys::CUgraphNode, usize> =
+            nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        for (f, t) in from.iter().zip(&to) {
+            if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
+                preds[t].push(f);
+            }
+        }
+        let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
         let mut out = Vec::new();
         for i in order {
             // SAFETY: a node of `self.graph`, as the driver listed it.
@@ -223,51 +205,63 @@ impl StepGraph {
     }
 }
 
-/// A graph's nodes, and its edges as (from, to) lists.
+type Edges = (
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphNode>,
+    Vec<sys::CUgraphEdgeData>,
+);
+
+/// A graph's edges: (from, to, edge data), three lists of one length.
 ///
 /// # Safety
 /// `graph` must be a valid graph.
-type NodesAndEdges = (
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-    Vec<sys::CUgraphNode>,
-);
-unsafe fn nodes_and_edges(graph: sys::CUgraph) -> Result<NodesAndEdges, DriverError> {
+unsafe fn graph_edges(graph: sys::CUgraph) -> Result<Edges, DriverError> {
     let mut n = 0usize;
-    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }.result()?;
-    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
-    unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }.result()?;
-    nodes.truncate(n);
-    let mut e = 0usize;
     unsafe {
         sys::cuGraphGetEdges_v2(
             graph,
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            &mut e,
+            &mut n,
         )
     }
     .result()?;
-    let mut from: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); e];
-    let mut to: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); e];
-    // SAFETY: zero is a valid edge datum.
-    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; e];
-    if e > 0 {
+    let mut from: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    let mut to: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    // SAFETY: zero is a valid edge datum (the default edge).
+    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
+    if n > 0 {
         unsafe {
             sys::cuGraphGetEdges_v2(
                 graph,
                 from.as_mut_ptr(),
                 to.as_mut_ptr(),
                 data.as_mut_ptr(),
-                &mut e,
+                &mut n,
             )
         }
         .result()?;
     }
-    from.truncate(e);
-    to.truncate(e);
-    Ok((nodes, from, to))
+    from.truncate(n);
+    to.truncate(n);
+    data.truncate(n);
+    Ok((from, to, data))
+}
+
+/// A graph's nodes.
+///
+/// # Safety
+/// `graph` must be a valid graph.
+unsafe fn graph_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>, DriverError> {
+    let mut n = 0usize;
+    unsafe { sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) }.result()?;
+    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    if n > 0 {
+        unsafe { sys::cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n) }.result()?;
+    }
+    nodes.truncate(n);
+    Ok(nodes)
 }
 
 /// A kernel node's function name and block count; `None` for other nodes.

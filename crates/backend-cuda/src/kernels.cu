@@ -115,7 +115,7 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 // loads queued behind them: Llama-8B's residual_norm took 4-5 us from its release to its first
 // values (over several blocks). After the loads, those early loads overlap the norm's
 // arithmetic instead. (The norms fused into their consumers keep the launch at entry: moved
-// there too, SmolLM2 lost up to 1%.)
+// there too, SmolLM2 lost up to 1.3%.)
 #ifdef LOCKSTEP_LAUNCH_AT_ENTRY
 #define NORM_ENTER() GRID_ENTER()
 #define NORM_LAUNCH_AFTER_LOADS()

@@ -199,7 +199,8 @@ pub const NORM_MAXV: usize = 8;
 /// timeline found Llama-1B's and the 8B's one-block residual_norm 6-9 us a call, most of it
 /// after the loads (tg128 +2-5% on those two). Rows the norm-fused consumers take
 /// ([`NORM_FUSED_MAX`] and shorter: only the last layer's norm is a residual_norm there) keep one
-/// block (SmolLM2 lost 1-3% with three); rows of a prefill already fill the GPU.
+/// block (SmolLM2 with three: +2% in one call, -2 to -5% in another); rows of a prefill already
+/// fill the GPU.
 /// `LOCKSTEP_CUDA_NORM_PARTS=0` keeps one block.
 pub fn residual_parts(n: usize, g: usize, knob: bool) -> u32 {
     if n != 1 || !knob || g <= NORM_FUSED_MAX {
