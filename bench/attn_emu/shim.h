@@ -63,6 +63,10 @@ inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 #define GRID_ENTER()
 #define GRID_WAIT()
 #define GRID_LAUNCH()
+// kernels.cu's placements of the launch (LATE_LAUNCH): no grid dependencies on the CPU either.
+#define LATE_ENTER()
+#define LATE_LAUNCH()
+#define EARLY_LAUNCH()
 template <class T> inline T __ldcg(const T* p) { return *p; }
 #define __device__
 #define __forceinline__

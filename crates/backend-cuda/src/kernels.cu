@@ -123,6 +123,22 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define NORM_ENTER() GRID_WAIT()
 #define NORM_LAUNCH_AFTER_LOADS() GRID_LAUNCH()
 #endif
+// The same for quantize_q8_32 (the next kernel launches once its block is written) and the
+// short decode attention (once its scores are formed: every K row, the step's q, k and v,
+// and, heads up to 128 values, every V row are in). Launched at their grid wait, the next
+// mat-vec's early weight loads (fast_rows) compete with those loads; after them, tg128 went
+// up on the four shapes' full benches (8B +1.6%, Llama-1B +1.3%, Gemma-3 +1.7%, SmolLM2
+// +3.2%; session 20, BENCHMARKS.md; in the alternating rounds one of Gemma-3's two was lower).
+// LOCKSTEP_EARLY_LAUNCH (LOCKSTEP_CUDA_LATE_LAUNCH=0) launches at the wait, for comparisons.
+#ifndef LOCKSTEP_EARLY_LAUNCH
+#define LATE_ENTER() GRID_WAIT()
+#define LATE_LAUNCH() GRID_LAUNCH()
+#define EARLY_LAUNCH()
+#else
+#define LATE_ENTER() GRID_ENTER()
+#define LATE_LAUNCH()
+#define EARLY_LAUNCH() GRID_LAUNCH()
+#endif
 
 // Type ids are GGUF's (ggml_type).
 #define T_F32 0
@@ -1902,7 +1918,7 @@ __device__ __forceinline__ void attention_decode_body(
     }
     if constexpr (ROPE) attention_decode_rope_early<D, THREADS>(rf, s_cs, wq, wk, row);
     GRID_WAIT();
-    GRID_LAUNCH();
+    EARLY_LAUNCH();
     if constexpr (ROPE && EARLY_V) {
         // The row's own value: v's (the cache row is one block's to write), bitwise what
         // reaches the cache, loaded now (where the other rows' are in registers already; heads
@@ -1954,6 +1970,7 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
+    LATE_LAUNCH();
     TL_MARK(6);
     for (int i = warp; i < hpb; i += THREADS / 32) {
         int h = att_query_head(kh, h0 + i, group, n_kv_heads);
@@ -2505,11 +2522,12 @@ extern "C" __global__ void dequant_rows_f16(const u8* __restrict__ W, u16* __res
 
 // One warp per 32-block of the activations (n * k / 32 blocks, k a multiple of 32).
 extern "C" __global__ void quantize_q8_32(const float* __restrict__ x, signed char* __restrict__ q,
-                                          Q8Blk* __restrict__ ds, int nblk) { GRID_ENTER();
+                                          Q8Blk* __restrict__ ds, int nblk) { LATE_ENTER();
     int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (blk >= nblk) return;
     q8_block(x[(size_t)blk * 32 + lane], q, ds, (size_t)blk);
+    LATE_LAUNCH();
     TL_MARK(9);
 }
 

@@ -743,6 +743,12 @@ impl CudaBackend {
         if std::env::var("LOCKSTEP_CUDA_Q8_SHUFFLE").is_ok_and(|v| v == "1") {
             options.push("-DLOCKSTEP_Q8_SHUFFLE");
         }
+        // quantize_q8_32 and the short decode attention letting the next kernel launch at
+        // their grid wait (the kernels before session 20; kernels.cu, LATE_LAUNCH), for
+        // comparisons.
+        if std::env::var("LOCKSTEP_CUDA_LATE_LAUNCH").is_ok_and(|v| v == "0") {
+            options.push("-DLOCKSTEP_EARLY_LAUNCH");
+        }
         let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
@@ -4275,10 +4281,6 @@ fn gate_up_q8_knob() -> bool {
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
 }
 
-/// Whether one-row norm-fused q/k/v with v of another type run in one launch
-/// (`plan::MIXED_QKV`);
-/// `LOCKSTEP_CUDA_MIXED_QKV=0` runs v alone (the same values bitwise), for comparison. Read
-/// once.
 /// Whether a one-row residual_norm spreads over several blocks (`plan::residual_parts`);
 /// `LOCKSTEP_CUDA_NORM_PARTS=0` keeps one block a row.
 fn norm_parts_knob() -> bool {
@@ -4286,6 +4288,10 @@ fn norm_parts_knob() -> bool {
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_PARTS").map_or(true, |v| v != "0"))
 }
 
+/// Whether one-row norm-fused q/k/v with v of another type run in one launch
+/// (`plan::MIXED_QKV`);
+/// `LOCKSTEP_CUDA_MIXED_QKV=0` runs v alone (the same values bitwise), for comparison. Read
+/// once.
 fn mixed_qkv_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV").map_or(true, |v| v != "0"))
