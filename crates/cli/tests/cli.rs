@@ -307,6 +307,36 @@ fn missing_files_and_names() {
         err.starts_with("error: ") && err.contains("nope.gguf") && err.contains("does not exist")
     );
 
+    // `run` and `chat` open the model before their backend starts: on the CUDA backend a
+    // wrong path or a damaged file is reported at once, not after the driver check (here, no
+    // driver) or the kernels' compilation (a GPU machine, a minute or more uncached).
+    for cmd in [&["run", "-p", "hi"][..], &["chat"]] {
+        let out = lockstep(&[cmd, &["--backend", "cuda", "-m", p.to_str().unwrap()]].concat());
+        assert_eq!(out.status.code(), Some(1), "{cmd:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains("nope.gguf") && err.contains("does not exist") && !err.contains("CUDA"),
+            "{cmd:?}: {err}"
+        );
+    }
+    let junk = tmp.0.join("junk.gguf");
+    std::fs::write(&junk, b"not a gguf file at all, just words").unwrap();
+    let out = lockstep(&[
+        "run",
+        "--backend",
+        "cuda",
+        "-m",
+        junk.to_str().unwrap(),
+        "-p",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("junk.gguf") && !err.contains("CUDA"),
+        "a damaged file is named before the backend starts: {err}"
+    );
+
     let out = lockstep(&["inspect", "no-such-model"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();

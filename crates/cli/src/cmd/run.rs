@@ -137,33 +137,61 @@ pub struct Session<B: Backend> {
     pub engine: Engine<B>,
 }
 
-/// Runs `$body` with `$s` bound to a session on the backend `$args.backend` names.
+/// Runs `$body` with `$s` bound to a session on the backend `$args.backend` names. The model
+/// file is opened first: a wrong path, a damaged file or a missing tokenizer is reported before
+/// any backend starts (the CUDA backend compiles its kernels at start, a minute or more when
+/// they are not cached).
 macro_rules! with_session {
-    ($args:expr, |$s:ident| $body:expr) => {
+    ($args:expr, |$s:ident| $body:expr) => {{
+        let opened = open_model(&$args)?;
         match $args.backend.as_str() {
             "ref" => {
-                let mut $s = load_session(&$args, RefBackend::new())?;
+                let mut $s = load_session(opened, &$args, RefBackend::new())?;
                 $body
             }
             "cpu" => {
-                let mut $s = load_session(&$args, super::bench::make_cpu_backend(None))?;
+                let mut $s = load_session(opened, &$args, super::bench::make_cpu_backend(None))?;
                 $body
             }
             #[cfg(feature = "cuda")]
             name @ ("cuda" | "cuda-exact") => {
-                let mut $s = load_session(&$args, super::trace::cuda_backend(name)?)?;
+                let mut $s = load_session(opened, &$args, super::trace::cuda_backend(name)?)?;
                 $body
             }
             other => bail!("unknown backend `{other}`"),
         }
-    };
+    }};
 }
 
-pub fn load_session<B: Backend>(args: &ModelArgs, backend: B) -> Result<Session<B>> {
+/// A model file opened and its tokenizer read, before any backend exists.
+pub struct OpenedModel {
+    path: std::path::PathBuf,
+    file: GgufFile,
+    tokenizer: Tokenizer,
+}
+
+pub fn open_model(args: &ModelArgs) -> Result<OpenedModel> {
     let path = crate::resolve_model(&args.model, args.models_dir.as_deref())?;
     let file = GgufFile::open(&path).with_context(|| format!("{}", path.display()))?;
     let tokenizer = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{}: tokenizer", path.display()))?;
+    Ok(OpenedModel {
+        path,
+        file,
+        tokenizer,
+    })
+}
+
+pub fn load_session<B: Backend>(
+    opened: OpenedModel,
+    args: &ModelArgs,
+    backend: B,
+) -> Result<Session<B>> {
+    let OpenedModel {
+        path,
+        file,
+        tokenizer,
+    } = opened;
     let model = Model::load(&file, &backend).with_context(|| format!("{}", path.display()))?;
     let cfg = EngineConfig {
         n_ctx: args.ctx_size,
