@@ -143,7 +143,7 @@ pub struct Session<B: Backend> {
 /// they are not cached).
 macro_rules! with_session {
     ($args:expr, |$s:ident| $body:expr) => {{
-        let opened = open_model(&$args)?;
+        let opened = super::trace::open_model_file(&$args.model, $args.models_dir.as_deref())?;
         match $args.backend.as_str() {
             "ref" => {
                 let mut $s = load_session(opened, &$args, RefBackend::new())?;
@@ -163,31 +163,12 @@ macro_rules! with_session {
     }};
 }
 
-/// A model file opened and its tokenizer read, before any backend exists.
-pub struct OpenedModel {
-    path: std::path::PathBuf,
-    file: GgufFile,
-    tokenizer: Tokenizer,
-}
-
-pub fn open_model(args: &ModelArgs) -> Result<OpenedModel> {
-    let path = crate::resolve_model(&args.model, args.models_dir.as_deref())?;
-    let file = GgufFile::open(&path).with_context(|| format!("{}", path.display()))?;
-    let tokenizer = Tokenizer::from_metadata(file.metadata())
-        .with_context(|| format!("{}: tokenizer", path.display()))?;
-    Ok(OpenedModel {
-        path,
-        file,
-        tokenizer,
-    })
-}
-
 pub fn load_session<B: Backend>(
-    opened: OpenedModel,
+    opened: super::trace::Opened,
     args: &ModelArgs,
     backend: B,
 ) -> Result<Session<B>> {
-    let OpenedModel {
+    let super::trace::Opened {
         path,
         file,
         tokenizer,

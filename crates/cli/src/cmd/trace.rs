@@ -78,7 +78,9 @@ pub struct TraceArgs {
     pub output: PathBuf,
 }
 
-/// A model file opened for verification.
+/// A model file opened and its tokenizer read, before any backend exists (every command opens
+/// the model first: a wrong path or a damaged file is reported before a backend starts, and
+/// the CUDA backend compiles its kernels at start, a minute or more uncached).
 pub struct Opened {
     pub path: PathBuf,
     pub file: GgufFile,
@@ -86,7 +88,12 @@ pub struct Opened {
 }
 
 pub fn open_model(args: &VerifyModelArgs) -> Result<Opened> {
-    let path = crate::resolve_model(&args.model, args.models_dir.as_deref())?;
+    open_model_file(&args.model, args.models_dir.as_deref())
+}
+
+/// The model `model` names (a path or a short name, fetched if missing), opened.
+pub fn open_model_file(model: &str, models_dir: Option<&std::path::Path>) -> Result<Opened> {
+    let path = crate::resolve_model(model, models_dir)?;
     let file = GgufFile::open(&path).with_context(|| format!("{}", path.display()))?;
     let tokenizer = Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{}: tokenizer", path.display()))?;
