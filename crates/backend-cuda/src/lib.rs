@@ -749,6 +749,19 @@ impl CudaBackend {
         if std::env::var("LOCKSTEP_CUDA_LATE_LAUNCH").is_ok_and(|v| v == "0") {
             options.push("-DLOCKSTEP_EARLY_LAUNCH");
         }
+        // The fast kernels' weights loaded with the default L2 policy instead of evict-first
+        // (the kernels before session 22; kernels.cu, ldw16), for comparisons.
+        if std::env::var("LOCKSTEP_CUDA_EVICT_FIRST").is_ok_and(|v| v == "0") {
+            options.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
+        }
+        // Experiments' switches (`LOCKSTEP_CUDA_DEFINES="A B"`: -DA -DB), for comparisons of
+        // kernel variants within one build; part of the cache key like every option.
+        let extra: Vec<String> = std::env::var("LOCKSTEP_CUDA_DEFINES")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|d| format!("-D{d}"))
+            .collect();
+        options.extend(extra.iter().map(String::as_str));
         let key = compile::cache_key(KERNEL_SOURCE, &options, &arch, nv);
         let dir = compile::cache_dir();
         let (cubin, kernel_origin) =
