@@ -1,0 +1,28 @@
+#!/bin/bash
+# Session 22d: the submitted build's figures: pp512 and tg128 on the four shapes (bench -r 3),
+# then tg128 against LOCKSTEP_CUDA_EVICT_FIRST=0 (the weights under the default L2 policy),
+# alternating, a third round after session22b's two.
+set -u
+B=./.device/lockstep
+O=${OUT:-/tmp/s22d}; mkdir -p $O
+T0=$(date +%s); el() { echo "   [$(( $(date +%s) - T0 )) s]"; }
+export LOCKSTEP_CUDA_CACHE=/tmp/cubin
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+$B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf | tail -1
+( $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 2 -r 1 > /dev/null 2>&1 ) &
+( LOCKSTEP_CUDA_EVICT_FIRST=0 $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 2 -r 1 > /dev/null 2>&1 ) &
+$B synth --like gemma3 --type Q4_K_M --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M -o /tmp/l1b.gguf | tail -1
+( $B synth --like llama-8b --type Q4_K_M -o /tmp/l8b.gguf > /dev/null 2>&1 ) &
+wait
+el
+for m in smol gemma3 l1b l8b; do [ -f /tmp/$m.gguf ] || { echo "no /tmp/$m.gguf"; exit 1; }; done
+for m in smol gemma3 l1b l8b; do
+  echo "== $m"; $B bench --backend cuda -m /tmp/$m.gguf -r 3 2>&1 | grep -E '^\||GiB|peak' | tr -s ' '
+done
+el
+tg() { env $1 $B bench --backend cuda -m /tmp/$2.gguf -p 0 -n 128 -r 3 2>&1 | grep -E '\| tg' | tr -s ' ' | cut -d'|' -f6; }
+for m in smol gemma3 l1b l8b; do
+  for x in LOCKSTEP_CUDA_EVICT_FIRST=0 LOCKSTEP_CUDA_EVICT_FIRST=1; do echo "-- $m $x: $(tg $x $m)"; done
+done
+el
