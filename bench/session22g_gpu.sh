@@ -1,0 +1,30 @@
+#!/bin/bash
+# Session 22g: the kernels that wait first read their parameters before the wait
+# (S22_PARAMS, through LOCKSTEP_CUDA_DEFINES) against the submitted build:
+# tokens (must not change), tg128 alternating on the four shapes, two rounds.
+set -u
+B=./.device/lockstep
+T0=$(date +%s); el() { echo "   [$(( $(date +%s) - T0 )) s]"; }
+export LOCKSTEP_CUDA_CACHE=/tmp/cubin
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+def() { case $1 in base) echo "";; pr) echo "S22_PARAMS";; esac; }
+$B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf | tail -1
+for x in base pr; do ( LOCKSTEP_CUDA_DEFINES="$(def $x)" $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 4 -r 1 > /dev/null 2>&1 ) & done
+$B synth --like gemma3 --type Q4_K_M --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M -o /tmp/l1b.gguf | tail -1
+( $B synth --like llama-8b --type Q4_K_M -o /tmp/l8b.gguf > /dev/null 2>&1 ) &
+wait
+el
+for m in smol gemma3 l1b l8b; do [ -f /tmp/$m.gguf ] || { echo "no /tmp/$m.gguf"; exit 1; }; done
+for x in base pr; do
+  for m in smol gemma3 l1b l8b; do
+    echo "$m $x greedy $(LOCKSTEP_CUDA_DEFINES="$(def $x)" $B run --backend cuda -m /tmp/$m.gguf -p "The quick brown fox" -n 48 --temp 0 2>/dev/null | md5sum | cut -c1-12)"
+  done
+done
+tg() { LOCKSTEP_CUDA_DEFINES="$(def $1)" $B bench --backend cuda -m /tmp/$2.gguf -p 0 -n 128 -r 3 2>&1 | grep -E '\| tg' | tr -s ' ' | cut -d'|' -f6; }
+for round in 1 2; do
+  for m in smol gemma3 l1b l8b; do
+    for x in base pr; do echo "-- $m $x: $(tg $x $m)"; done
+  done
+  el
+done
