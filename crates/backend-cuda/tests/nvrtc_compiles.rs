@@ -193,3 +193,44 @@ fn the_timeline_build_compiles_with_its_records() {
     let plain = plain_ptx();
     assert!(!plain.contains("lockstep_timeline") && !plain.contains("%globaltimer"));
 }
+
+/// The builds the comparison knobs select (lib.rs: `LOCKSTEP_CUDA_EVICT_FIRST=0`,
+/// `LOCKSTEP_CUDA_Q8_SHUFFLE=1`, `LOCKSTEP_CUDA_LATE_LAUNCH=0`, `LOCKSTEP_CUDA_LAUNCH_AT_ENTRY=1`)
+/// compile, so a later session's comparison does not start with a broken kernel; and the
+/// weights' evict-first policy is in the default build and only there.
+#[test]
+fn the_comparison_builds_compile() {
+    if !nvrtc_present() {
+        return;
+    }
+    let mut options = compile::NVRTC_OPTIONS.to_vec();
+    options.extend([
+        "-DLOCKSTEP_WEIGHTS_EVICT_NORMAL",
+        "-DLOCKSTEP_Q8_SHUFFLE",
+        "-DLOCKSTEP_EARLY_LAUNCH",
+        "-DLOCKSTEP_LAUNCH_AT_ENTRY",
+    ]);
+    let ptx = compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &options)
+        .unwrap_or_else(|log| panic!("NVRTC failed with the comparison defines:\n{log}"));
+    let evict = "createpolicy.fractional.L2::evict_first";
+    assert!(!ptx.contains(evict) && !ptx.contains("L2::cache_hint"));
+    let plain = plain_ptx();
+    assert!(
+        plain.contains(evict),
+        "the default build's PTX lacks {evict}"
+    );
+    // Every fast type's one-row mat-vec loads its weights under the policy.
+    for id in [2, 3, 6, 7, 8, 12, 13, 14] {
+        let entry = format!(".entry mmv_fast1_{id}(");
+        let start = plain
+            .find(&entry)
+            .unwrap_or_else(|| panic!("no {entry} in the PTX"));
+        let end = plain[start + entry.len()..]
+            .find(".entry ")
+            .map_or(plain.len(), |e| start + entry.len() + e);
+        assert!(
+            plain[start..end].contains("ld.global.nc.L2::cache_hint"),
+            "mmv_fast1_{id} loads no weight with the evict-first policy"
+        );
+    }
+}
