@@ -2558,14 +2558,13 @@ __device__ __forceinline__ int hb4(u32 v) {
     return (int)(((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25));
 }
 
-// A unit of weights in registers: `load` reads unit u of a row, `dot` adds its product with
-// one activation row (xq, xd: the row's quants and block scales) into acc.
 // The fast kernels' weight loads (FastUnit::load, below), with an evict-first L2 policy: a
 // decode step streams every weight through L2 once, and under the default policy those lines
 // push out what the step reads again (the logits and their reduction, the KV cache, activations,
 // norm weights, tables). Same values (non-coherent loads, as before: weights are written only at
-// upload). tg128 with it against without, alternating in one call (session 22, H200): the 8B
-// +2.0/+3.9%, Gemma-3 +0.8/+4.5%, SmolLM2 +1.7/+3.6%, Llama-1B +0.4/+0.5%.
+// upload). tg128 with it against without, alternating, three rounds in two calls (session 22,
+// H200): the 8B +2.0 to +3.9%, SmolLM2 +0.8 to +3.6%, Llama-1B +0.4 to +2.0%, Gemma-3 -0.4 to
+// +4.5%.
 // LOCKSTEP_WEIGHTS_EVICT_NORMAL (LOCKSTEP_CUDA_EVICT_FIRST=0) loads them with the default
 // policy, for comparisons.
 #ifndef LOCKSTEP_WEIGHTS_EVICT_NORMAL
@@ -2615,6 +2614,8 @@ __device__ __forceinline__ void ldw_words_a2(const u8* p, int* out) {
     for (int i = 0; i < NW; i++) out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
 }
 
+// A unit of weights in registers: `load` reads unit u of a row, `dot` adds its product with
+// one activation row (xq, xd: the row's quants and block scales) into acc.
 template <int TY>
 struct FastUnit;
 
