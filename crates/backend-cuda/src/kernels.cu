@@ -2539,20 +2539,6 @@ extern "C" __global__ void q8_values(const signed char* __restrict__ q, const Q8
     if (i < nvals) out[i] = (float)q[i] * ds[i >> 5].d;
 }
 
-__device__ __forceinline__ int ld_a4(const u8* p) { return *(const int*)p; }
-// NW little-endian words from a 2-byte aligned address: NW + 1 aligned 4-byte loads and funnel
-// shifts (instead of 2 NW 2-byte loads). May read up to 3 bytes past the last word, still
-// inside the row's next block or the weight's padding (plan::WEIGHT_PAD, 16 bytes).
-template <int NW>
-__device__ __forceinline__ void ld_words_a2(const u8* p, int* out) {
-    const u32* a = (const u32*)((size_t)p & ~(size_t)3);
-    u32 sh = ((u32)(size_t)p & 3u) * 8u;
-    u32 w[NW + 1];
-#pragma unroll
-    for (int i = 0; i <= NW; i++) w[i] = a[i];
-#pragma unroll
-    for (int i = 0; i < NW; i++) out[i] = (int)__funnelshift_r(w[i], w[i + 1], sh);
-}
 // Bits 0..3 of v to bit 4 of bytes 0..3 (Q5_0 / Q5_1 high bits).
 __device__ __forceinline__ int hb4(u32 v) {
     return (int)(((v & 1u) << 4) | ((v & 2u) << 11) | ((v & 4u) << 18) | ((v & 8u) << 25));
@@ -2573,21 +2559,16 @@ __device__ __forceinline__ unsigned long long wpol() {
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
     return p;
 }
-__device__ __forceinline__ u32 ldw1(const u8* p) {
-    u32 v;
-    asm("ld.global.nc.L2::cache_hint.u8 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(wpol()));
-    return v;
-}
-__device__ __forceinline__ u16 ldw2(const u8* p) {
-    u16 v;
-    asm("ld.global.nc.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(p), "l"(wpol()));
-    return v;
-}
-__device__ __forceinline__ u32 ldw4(const void* p) {
-    u32 v;
-    asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(p), "l"(wpol()));
-    return v;
-}
+// One scalar load of PTX type PT into a C of constraint CON, under the policy.
+#define LDW_SCALAR(NAME, C, PT, CON)                                                             \
+    __device__ __forceinline__ C NAME(const void* p) {                                           \
+        C v;                                                                                     \
+        asm("ld.global.nc.L2::cache_hint." PT " %0, [%1], %2;" : "=" CON(v) : "l"(p), "l"(wpol())); \
+        return v;                                                                                \
+    }
+LDW_SCALAR(ldw1, u32, "u8", "r")
+LDW_SCALAR(ldw2, u16, "u16", "h")
+LDW_SCALAR(ldw4, u32, "u32", "r")
 __device__ __forceinline__ uint4 ldw16(const void* p) {
     uint4 v;
     asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
@@ -2596,13 +2577,16 @@ __device__ __forceinline__ uint4 ldw16(const void* p) {
     return v;
 }
 #else
-__device__ __forceinline__ u32 ldw1(const u8* p) { return *p; }
-__device__ __forceinline__ u16 ldw2(const u8* p) { return ld16(p); }
+__device__ __forceinline__ u32 ldw1(const void* p) { return *(const u8*)p; }
+__device__ __forceinline__ u16 ldw2(const void* p) { return ld16((const u8*)p); }
 __device__ __forceinline__ u32 ldw4(const void* p) { return *(const u32*)p; }
 __device__ __forceinline__ uint4 ldw16(const void* p) { return *(const uint4*)p; }
 #endif
 __device__ __forceinline__ float ldwh(const u8* p) { return h2f(ldw2(p)); }
 __device__ __forceinline__ int ldw_a4(const u8* p) { return (int)ldw4(p); }
+// NW little-endian words from a 2-byte aligned address: NW + 1 aligned 4-byte loads and funnel
+// shifts (instead of 2 NW 2-byte loads). May read up to 3 bytes past the last word, still
+// inside the row's next block or the weight's padding (plan::WEIGHT_PAD, 16 bytes).
 template <int NW>
 __device__ __forceinline__ void ldw_words_a2(const u8* p, int* out) {
     const u8* a = (const u8*)((size_t)p & ~(size_t)3);
@@ -2837,7 +2821,7 @@ struct FastUnit<T_Q5_K> : FastUnitK45<T_Q5_K> {};
 
 // Q6_K: unit u = (super-block u / 4, half n = (u / 2) & 1, h = u & 1): values
 // 128n + 32k + 16h + (0..16) for k = 0..3, four 16-value runs each with its int8 scale, each
-// in activation block 8 sb + 4n + k. Blocks of 210 bytes (2-byte aligned): ld_words_a2.
+// in activation block 8 sb + 4n + k. Blocks of 210 bytes (2-byte aligned): ldw_words_a2.
 template <>
 struct FastUnit<T_Q6_K> {
     static constexpr int E = 64;
