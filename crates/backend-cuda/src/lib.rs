@@ -40,6 +40,7 @@ pub mod audit;
 pub mod compile;
 mod graph_exec;
 pub mod plan;
+pub mod replay_clock;
 pub mod steps;
 pub mod timeline;
 
@@ -572,6 +573,23 @@ pub struct CudaBackend {
     guards: Option<GuardBook>,
     /// The step timeline (`LOCKSTEP_CUDA_TIMELINE=FILE`, timeline.rs), when on.
     timeline: Option<RefCell<timeline::Recorder>>,
+    /// The replay clock (`LOCKSTEP_CUDA_REPLAY_CLOCK=1`, replay_clock.rs), when on.
+    replay_clock: Option<RefCell<ReplayClockState>>,
+}
+
+/// The replay clock's device events (before the graph, after it, after the logits' copy) and
+/// what the host marked while a replay runs.
+struct ReplayClockState {
+    clock: replay_clock::ReplayClock,
+    events: [cudarc::driver::CudaEvent; 3],
+    /// A replay is between its launch and its end (`host_f32` marks the copy then).
+    in_replay: bool,
+    /// When `host_f32`'s synchronization returned, and whether it recorded the copy's event.
+    synced_at: Option<std::time::Instant>,
+    copy_recorded: bool,
+    last_end: Option<std::time::Instant>,
+    /// The last restage: time in `rewrite_input`, tables rewritten, tables in all.
+    upload: (std::time::Duration, usize, usize),
 }
 
 /// The int8 values (the first `len` bytes) and the block table (the rest) of the quantization
@@ -622,6 +640,10 @@ impl Drop for CudaBackend {
                 Ok(summary) => eprint!("{summary}"),
                 Err(e) => eprintln!("cuda timeline: {e}"),
             }
+        }
+        if let Some(c) = &self.replay_clock {
+            // The first replays warm up (bench's untimed run is longer than this).
+            eprint!("{}", c.borrow().clock.summary(16));
         }
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
@@ -729,6 +751,23 @@ impl CudaBackend {
         let define = fault.map(|f| format!("-D{}", f.1));
         let mut options: Vec<&str> = compile::NVRTC_OPTIONS.to_vec();
         options.extend(define.as_deref());
+        let replay_clock = if std::env::var("LOCKSTEP_CUDA_REPLAY_CLOCK").is_ok_and(|v| v == "1") {
+            let ev = || {
+                ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(|e| unavailable(format!("replay clock events: {e}")))
+            };
+            Some(RefCell::new(ReplayClockState {
+                clock: replay_clock::ReplayClock::default(),
+                events: [ev()?, ev()?, ev()?],
+                in_replay: false,
+                synced_at: None,
+                copy_recorded: false,
+                last_end: None,
+                upload: (std::time::Duration::ZERO, 0, 0),
+            }))
+        } else {
+            None
+        };
         let timeline_file = std::env::var_os("LOCKSTEP_CUDA_TIMELINE").filter(|v| !v.is_empty());
         if timeline_file.is_some() {
             options.push("-DLOCKSTEP_TIMELINE");
@@ -983,6 +1022,7 @@ impl CudaBackend {
             guards: None,
             timeline: timeline_file
                 .map(|f| RefCell::new(timeline::Recorder::new(module.clone(), f.into()))),
+            replay_clock,
         })
     }
 
@@ -1224,6 +1264,9 @@ impl CudaBackend {
             if host.is_empty() {
                 return Ok(());
             }
+            // From pageable memory: the driver writes small copies into the stream itself, which
+            // cost the host less than queueing them from page-locked memory (BENCHMARKS.md,
+            // session 23).
             let mut view = d.slice_mut(..host.len());
             stream
                 .memcpy_htod(host, &mut view)
@@ -1717,14 +1760,25 @@ impl CudaBackend {
     }
 
     fn restage(&self, store: &mut StepStore, batch: &Batch) -> Result<bool, BackendError> {
+        let clock = self.replay_clock.is_some();
+        let mut upload = std::time::Duration::ZERO;
+        let mut uploads = 0;
         for s in &mut store.inputs {
             let host = s.kind.derive(batch)?;
             if !host.fits(s.cap) {
                 return Ok(false);
             }
             if host != s.host {
+                let t = clock.then(std::time::Instant::now);
                 self.rewrite_input(s, host)?;
+                if let Some(t) = t {
+                    upload += t.elapsed();
+                    uploads += 1;
+                }
             }
+        }
+        if let Some(c) = &self.replay_clock {
+            c.borrow_mut().upload = (upload, uploads, store.inputs.len());
         }
         Ok(true)
     }
@@ -2044,8 +2098,21 @@ impl CudaBackend {
     /// copy from pageable memory runs several times slower: for a 262144-token vocabulary that
     /// was a visible share of every decode step).
     fn host_f32(&self, what: &str, buf: &CudaSlice<f32>, n: usize) -> Vec<f32> {
+        self.host_with(what, buf, n, <[f32]>::to_vec)
+    }
+
+    /// `f` of the first `n` values of `buf` on the host, where they landed: the page-locked
+    /// staging buffer itself (`LogitsOut::Lend`: no copy beyond the device's). `f` must not
+    /// call back into the backend (the buffer is borrowed while it runs).
+    fn host_with<R>(
+        &self,
+        what: &str,
+        buf: &CudaSlice<f32>,
+        n: usize,
+        f: impl FnOnce(&[f32]) -> R,
+    ) -> R {
         if n == 0 {
-            return Vec::new();
+            return f(&[]);
         }
         let mut pinned = self.pinned.borrow_mut();
         if pinned.as_ref().is_none_or(|p| p.len() < n) {
@@ -2060,12 +2127,11 @@ impl CudaBackend {
         }
         let Some(p) = pinned.as_mut() else {
             // No page-locked memory to be had: the plain copy.
-            let mut v = self
+            let v = self
                 .stream
                 .clone_dtoh(buf)
                 .unwrap_or_else(|e| device_failure(what, e));
-            v.truncate(n);
-            return v;
+            return f(&v[..n]);
         };
         // The staging buffer as a plain slice of exactly n values (a copy moves as many bytes
         // as its destination holds); page-locked, so the driver copies it asynchronously.
@@ -2076,10 +2142,22 @@ impl CudaBackend {
         self.stream
             .memcpy_dtoh(&buf.slice(..n), dst)
             .unwrap_or_else(|e| device_failure(what, e));
+        let mut clock = self
+            .replay_clock
+            .as_ref()
+            .map(|c| c.borrow_mut())
+            .filter(|c| c.in_replay);
+        if let Some(c) = clock.as_mut() {
+            c.copy_recorded = c.events[2].record(&self.stream).is_ok();
+        }
         self.stream
             .synchronize()
             .unwrap_or_else(|e| device_failure(what, e));
-        dst.to_vec()
+        if let Some(c) = clock.as_mut() {
+            c.synced_at = Some(std::time::Instant::now());
+        }
+        drop(clock);
+        f(dst)
     }
 
     /// The numerics mode this backend was opened with.
@@ -2597,6 +2675,7 @@ impl Backend for CudaBackend {
             cache: self.cache_id(cache),
             long: plan::long_context(batch),
         };
+        let t0 = std::time::Instant::now();
         let mut st = self.steps.borrow_mut();
         let Some(c) = st.graphs.get_mut(&fk) else {
             return Ok(None);
@@ -2605,12 +2684,58 @@ impl Backend for CudaBackend {
             st.graphs.remove(&fk);
             return Ok(None);
         }
+        let t1 = std::time::Instant::now();
+        let clock_on = |i: usize| {
+            self.replay_clock.as_ref().map(|rc| {
+                let mut rc = rc.borrow_mut();
+                rc.in_replay = true;
+                rc.events[i].record(&self.stream).is_ok()
+            })
+        };
+        let before = clock_on(0);
         match (&self.timeline, c.timeline) {
             (Some(t), Some(id)) => t.borrow_mut().around(id, &self.stream, || c.graph.launch()),
             _ => c.graph.launch(),
         }
         .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
-        let h = self.logits_out(&c.out, out)?;
+        let after = clock_on(1);
+        let t2 = std::time::Instant::now();
+        let h = self.logits_out(&c.out, out);
+        if let Some(rc) = &self.replay_clock {
+            let t3 = std::time::Instant::now();
+            let mut rc = rc.borrow_mut();
+            let rc = &mut *rc;
+            let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+            let synced = rc.synced_at.take().unwrap_or(t3);
+            let ms = |a: usize, b: usize| {
+                rc.events[a]
+                    .elapsed_ms(&rc.events[b])
+                    .ok()
+                    .map(|v| f64::from(v) * 1e3)
+            };
+            let timed = before == Some(true) && after == Some(true);
+            let sample = replay_clock::ReplaySample {
+                between_us: rc.last_end.map(|e| us(t0.saturating_duration_since(e))),
+                restage_us: us(t1 - t0),
+                upload_us: us(rc.upload.0),
+                uploads: rc.upload.1,
+                tables: rc.upload.2,
+                launch_us: us(t2 - t1),
+                wait_us: us(synced.saturating_duration_since(t2)),
+                finish_us: us(t3.saturating_duration_since(synced)),
+                graph_us: if timed { ms(0, 1) } else { None },
+                copy_us: if timed && rc.copy_recorded {
+                    ms(1, 2)
+                } else {
+                    None
+                },
+            };
+            rc.clock.push(sample);
+            rc.in_replay = false;
+            rc.copy_recorded = false;
+            rc.last_end = Some(std::time::Instant::now());
+        }
+        let h = h?;
         st.replays += 1;
         Ok(Some(h))
     }
@@ -2750,6 +2875,12 @@ impl Backend for CudaBackend {
     fn logits_out(&self, logits: &CudaTensor, out: LogitsOut<'_>) -> Result<StepOut, BackendError> {
         let (k, picks) = match out {
             LogitsOut::Full => (0, &[][..]),
+            LogitsOut::Lend(to) => {
+                let (rows, n_vocab) = (logits.rows, logits.cols);
+                self.host_with("to_host", logits.buf(), rows * n_vocab, |r| to.lend(r));
+                self.mark("to_host");
+                return Ok(StepOut::Lent { rows, n_vocab });
+            }
             LogitsOut::Top(k) => (k, &[][..]),
             LogitsOut::TopPick(k, picks) => (k, picks),
         };

@@ -1,0 +1,182 @@
+//! The replay clock (`LOCKSTEP_CUDA_REPLAY_CLOCK=1`): where the wall time of a replayed step
+//! goes between the host and the device.
+//!
+//! The step timeline (timeline.rs) says how a step graph's kernels share the graph's span; it
+//! cannot see what happens outside the graph: the host deriving and uploading the step's
+//! tables, the launch, the logits' copy to the host, and the engine's work between steps,
+//! during all of which the GPU may be idle. This clock charges every replay's wall time to
+//! those phases: host instants around each phase, and three device events (before the graph,
+//! after it, after the logits' copy) for the device's side. The arithmetic (means, the table)
+//! is plain host code, tested in CI; the backend only feeds it durations.
+
+use std::fmt::Write as _;
+
+/// The phases of one replay, in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReplaySample {
+    /// From the end of the replay before to this one's start: the engine and its caller.
+    pub between_us: Option<f64>,
+    /// Deriving the step's tables and writing the changed ones to the device.
+    pub restage_us: f64,
+    /// Of `restage_us`: the writes (`uploads` of the step's `tables` tables changed).
+    pub upload_us: f64,
+    pub uploads: usize,
+    pub tables: usize,
+    /// The host's graph launch call.
+    pub launch_us: f64,
+    /// From the launch's return until the logits are on the host (the host waits).
+    pub wait_us: f64,
+    /// Handing the logits over (out of the page-locked staging buffer) and the rest.
+    pub finish_us: f64,
+    /// Device: from the event before the graph to the one after it.
+    pub graph_us: Option<f64>,
+    /// Device: the logits' copy to the page-locked buffer.
+    pub copy_us: Option<f64>,
+}
+
+/// Samples of every replay, the first `skip` left out of the means (warm-up).
+#[derive(Debug, Default)]
+pub struct ReplayClock {
+    samples: Vec<ReplaySample>,
+}
+
+impl ReplayClock {
+    pub fn push(&mut self, s: ReplaySample) {
+        self.samples.push(s);
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// The table of means over the samples after the first `skip` (a phase with no value in
+    /// some samples is averaged over those that have one).
+    pub fn summary(&self, skip: usize) -> String {
+        let s: Vec<&ReplaySample> = self.samples.iter().skip(skip).collect();
+        let mut o = String::new();
+        if s.is_empty() {
+            let _ = writeln!(o, "cuda replay clock: no replays after the first {skip}");
+            return o;
+        }
+        let mean = |f: &dyn Fn(&ReplaySample) -> Option<f64>| -> Option<f64> {
+            let v: Vec<f64> = s.iter().filter_map(|x| f(x)).collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let between = mean(&|x| x.between_us);
+        let restage = mean(&|x| Some(x.restage_us)).unwrap_or(0.0);
+        let launch = mean(&|x| Some(x.launch_us)).unwrap_or(0.0);
+        let wait = mean(&|x| Some(x.wait_us)).unwrap_or(0.0);
+        let finish = mean(&|x| Some(x.finish_us)).unwrap_or(0.0);
+        let step = between.unwrap_or(0.0) + restage + launch + wait + finish;
+        let _ = writeln!(
+            o,
+            "cuda replay clock: {} replays (the first {skip} left out), means in us",
+            s.len()
+        );
+        let mut row = |name: &str, v: Option<f64>, what: &str| {
+            let _ = match v {
+                Some(v) => writeln!(
+                    o,
+                    "  {name:<10} {v:>9.1} {:>5.1}%  {what}",
+                    100.0 * v / step.max(1e-12)
+                ),
+                None => writeln!(o, "  {name:<10} {:>9}         {what}", "-"),
+            };
+        };
+        row(
+            "between",
+            between,
+            "host: the engine and its caller, between replays",
+        );
+        row(
+            "restage",
+            Some(restage),
+            "host: the step's tables derived and uploaded",
+        );
+        let uploads = mean(&|x| Some(x.uploads as f64)).unwrap_or(0.0);
+        let tables = mean(&|x| Some(x.tables as f64)).unwrap_or(0.0);
+        row(
+            "  upload",
+            mean(&|x| Some(x.upload_us)),
+            &format!("of which writing the changed tables ({uploads:.1} of {tables:.1} a step)"),
+        );
+        row("launch", Some(launch), "host: the graph launch call");
+        row(
+            "wait",
+            Some(wait),
+            "host: waiting for the graph and the logits' copy",
+        );
+        row("finish", Some(finish), "host: the logits handed over");
+        row(
+            "step",
+            Some(step),
+            "all of the above: the wall time of a step",
+        );
+        row(
+            "graph",
+            mean(&|x| x.graph_us),
+            "device: the graph, event to event",
+        );
+        row(
+            "copy",
+            mean(&|x| x.copy_us),
+            "device: the logits' copy to the host",
+        );
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(between: Option<f64>, graph: Option<f64>) -> ReplaySample {
+        ReplaySample {
+            between_us: between,
+            restage_us: 10.0,
+            upload_us: 6.0,
+            uploads: 3,
+            tables: 5,
+            launch_us: 5.0,
+            wait_us: 70.0,
+            finish_us: 15.0,
+            graph_us: graph,
+            copy_us: Some(4.0),
+        }
+    }
+
+    #[test]
+    fn the_means_leave_out_the_warm_up_and_missing_values() {
+        let mut c = ReplayClock::default();
+        c.push(ReplaySample {
+            restage_us: 1000.0,
+            ..sample(None, None)
+        });
+        c.push(sample(Some(20.0), Some(60.0)));
+        c.push(sample(Some(40.0), None));
+        let t = c.summary(1);
+        assert!(t.contains("2 replays (the first 1 left out)"), "{t}");
+        // between: (20 + 40) / 2; the step: 30 + 10 + 5 + 70 + 15 = 130.
+        assert!(t.contains("between         30.0  23.1%"), "{t}");
+        assert!(t.contains("restage         10.0   7.7%"), "{t}");
+        assert!(t.contains("  upload         6.0   4.6%  of which writing the changed tables (3.0 of 5.0 a step)"), "{t}");
+        assert!(t.contains("step           130.0 100.0%"), "{t}");
+        // graph only in one sample.
+        assert!(t.contains("graph           60.0  46.2%"), "{t}");
+        assert!(t.contains("copy             4.0   3.1%"), "{t}");
+    }
+
+    #[test]
+    fn no_samples_say_so() {
+        let mut c = ReplayClock::default();
+        assert!(c.summary(0).contains("no replays"));
+        c.push(sample(None, None));
+        assert!(c.summary(1).contains("no replays after the first 1"));
+        let t = c.summary(0);
+        assert!(t.contains("between            -"), "{t}");
+    }
+}
