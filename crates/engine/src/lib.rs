@@ -13,7 +13,7 @@ pub mod scheduler;
 use std::collections::BTreeMap;
 
 use lockstep_graph::{
-    Backend, Batch, BatchSeq, HostTensor, KvLayout, LogitsOut, RowPick, StepOut, Taps,
+    Backend, Batch, BatchSeq, HostTensor, KvLayout, LendRows, LogitsOut, RowPick, StepOut, Taps,
 };
 use lockstep_models::{forward, Model, ModelError};
 
@@ -269,6 +269,25 @@ impl<B: Backend> Engine<B> {
             .into_iter()
             .map(|r| HostTensor::matrix(r.len(), v, logits.data[r.start * v..r.end * v].to_vec()))
             .collect())
+    }
+
+    /// [`forward`](Self::forward), with the output rows lent to `to` where they landed on the
+    /// host instead of handed over ([`LogitsOut::Lend`]: on a GPU, the page-locked buffer the
+    /// device copied them into, as llama.cpp's logits buffer; no further copy). `to` is called
+    /// once with every output row, each input's rows consecutive and in input order,
+    /// `n_vocab` values a row. Returns, per input, its range of output rows.
+    pub fn forward_lend(
+        &mut self,
+        inputs: &[SeqInput<'_>],
+        taps: &mut Taps<'_>,
+        to: &dyn Fn(&[f32]),
+    ) -> Result<Vec<std::ops::Range<usize>>, EngineError> {
+        let lend = LendRows(to);
+        let (out, ranges) = self.step(inputs, taps, LogitsOut::Lend(&lend))?;
+        let StepOut::Lent { .. } = out else {
+            unreachable!("lent rows were asked for")
+        };
+        Ok(ranges)
     }
 
     /// [`forward`](Self::forward), with every output row reduced where the backend computed

@@ -76,6 +76,55 @@ fn summaries_are_the_reduction_of_the_full_rows() {
 }
 
 #[test]
+fn lent_rows_are_the_full_rows() {
+    let mut e = ref_engine(&model(), EngineConfig::default());
+    let prompt_a = [1u32, 15, 27, 99, 4];
+    let prompt_b = [1u32, 3, 8];
+    let run = |e: &mut lockstep_engine::Engine<_>, lend: bool| {
+        let (a, b) = (e.new_sequence(), e.new_sequence());
+        let inputs = [
+            SeqInput {
+                seq: a,
+                tokens: &prompt_a[..],
+                logits: Logits::LastN(2),
+                mask: None,
+            },
+            SeqInput {
+                seq: b,
+                tokens: &prompt_b[..],
+                logits: Logits::Last,
+                mask: None,
+            },
+        ];
+        let out = if lend {
+            let kept = std::cell::RefCell::new(Vec::new());
+            let calls = std::cell::Cell::new(0);
+            let ranges = e
+                .forward_lend(&inputs, &mut Taps::none(), &|rows: &[f32]| {
+                    calls.set(calls.get() + 1);
+                    kept.borrow_mut().extend_from_slice(rows);
+                })
+                .expect("forward_lend");
+            assert_eq!(calls.get(), 1);
+            assert_eq!(ranges, vec![0..2, 2..3]);
+            kept.into_inner()
+        } else {
+            let full = e.forward(&inputs, &mut Taps::none()).expect("forward");
+            assert_eq!((full[0].rows(), full[1].rows()), (2, 1));
+            full.iter().flat_map(|t| t.data.iter().copied()).collect()
+        };
+        e.free_sequence(a);
+        e.free_sequence(b);
+        out
+    };
+    let full = run(&mut e, false);
+    let lent = run(&mut e, true);
+    assert_eq!(full.len(), 3 * e.n_vocab());
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&lent), bits(&full));
+}
+
+#[test]
 fn generation_from_summaries_is_generation_from_full_rows() {
     let f = GgufFile::open(model()).expect("open model");
     let tok = Tokenizer::from_metadata(f.metadata()).expect("tokenizer");

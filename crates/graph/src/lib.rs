@@ -20,7 +20,7 @@ pub use backend::{
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;
 pub use logits::{
-    draw_row, nucleus_len, nucleus_prefix, row_total, top_key, LogitsOut, LogitsSummary, RowDraw,
-    RowPick, StepOut, DRAW_FANOUT,
+    draw_row, nucleus_len, nucleus_prefix, row_total, top_key, LendRows, LogitsOut, LogitsSummary,
+    RowDraw, RowPick, StepOut, DRAW_FANOUT,
 };
 pub use taps::{TapObserver, Taps};

@@ -23,6 +23,11 @@ pub use lockstep_sampling::{draw_row, nucleus_len, nucleus_prefix, row_total, Ro
 pub enum LogitsOut<'a> {
     /// Every output row's logits, on the host.
     Full,
+    /// Every output row's logits on the host, lent to the caller instead of handed over: the
+    /// backend calls the function once with the rows (consecutive, `n_vocab` values each)
+    /// wherever they landed on the host, so a GPU backend makes no copy beyond the device's
+    /// own (llama.cpp's logits buffer; `bench`'s tg).
+    Lend(&'a LendRows<'a>),
     /// Per output row, a [`LogitsSummary`] with the `k` largest logits (`k >= 1`).
     Top(usize),
     /// As `Top(k)`, and for each output row whose entry of the slice is `Some`, what
@@ -150,11 +155,42 @@ impl<'a> RowPick<'a> {
     }
 }
 
+/// The function [`LogitsOut::Lend`] lends the rows to (`Fn`, so the request stays `Copy`;
+/// a caller that keeps something from the rows keeps it in a cell).
+pub struct LendRows<'a>(pub &'a dyn Fn(&[f32]));
+
+impl LendRows<'_> {
+    pub fn lend(&self, rows: &[f32]) {
+        (self.0)(rows)
+    }
+}
+
+impl std::fmt::Debug for LendRows<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LendRows")
+    }
+}
+
+/// Two requests to lend are the same request when they lend to the same function.
+impl PartialEq for LendRows<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::addr_eq(
+            self.0 as *const dyn Fn(&[f32]),
+            other.0 as *const dyn Fn(&[f32]),
+        )
+    }
+}
+
 /// A step's result, as asked by [`LogitsOut`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepOut {
     Full(crate::HostTensor),
     Top(Vec<LogitsSummary>),
+    /// The rows went to [`LogitsOut::Lend`]'s function: their count and length.
+    Lent {
+        rows: usize,
+        n_vocab: usize,
+    },
 }
 
 impl StepOut {
@@ -163,6 +199,13 @@ impl StepOut {
     pub fn from_host(host: crate::HostTensor, out: LogitsOut<'_>) -> StepOut {
         let (k, picks) = match out {
             LogitsOut::Full => return StepOut::Full(host),
+            LogitsOut::Lend(to) => {
+                to.lend(&host.data);
+                return StepOut::Lent {
+                    rows: host.rows(),
+                    n_vocab: host.cols(),
+                };
+            }
             LogitsOut::Top(k) => (k, &[][..]),
             LogitsOut::TopPick(k, picks) => (k, picks),
         };

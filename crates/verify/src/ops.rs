@@ -451,18 +451,41 @@ impl<'b, B: Backend> Harness<'b, B> {
         };
         let got = match self.b.logits_out(&t, out) {
             Ok(StepOut::Top(g)) => g,
-            Ok(StepOut::Full(_)) => {
+            Ok(StepOut::Full(_) | StepOut::Lent { .. }) => {
                 return self.error(
                     "logits_top",
                     shape,
                     "-",
-                    "full logits returned".into(),
+                    "rows returned instead of summaries".into(),
                     false,
                 )
             }
             Err(e) => return self.error("logits_top", shape, "-", e.to_string(), false),
         };
         let mut why = Vec::new();
+        // The rows lent where they landed on the host (`LogitsOut::Lend`) are the rows, bitwise.
+        let lent = std::cell::RefCell::new(None::<Vec<u32>>);
+        let keep = |r: &[f32]| *lent.borrow_mut() = Some(r.iter().map(|v| v.to_bits()).collect());
+        let lend = lockstep_graph::LendRows(&keep);
+        match self.b.logits_out(&t, LogitsOut::Lend(&lend)) {
+            Ok(StepOut::Lent { rows: lr, n_vocab }) if lr == rows && n_vocab == vocab => {
+                let want: Vec<u32> = host.data.iter().map(|v| v.to_bits()).collect();
+                match lent.borrow().as_ref() {
+                    Some(g) if *g == want => {}
+                    Some(g) => {
+                        let first = g.iter().zip(&want).position(|(a, b)| a != b);
+                        why.push(format!(
+                            "lent rows differ: {} values, {} expected, first at {first:?}",
+                            g.len(),
+                            want.len()
+                        ));
+                    }
+                    None => why.push("nothing lent".into()),
+                }
+            }
+            Ok(o) => why.push(format!("lending the rows returned {o:?}")),
+            Err(e) => why.push(format!("lending the rows: {e}")),
+        }
         if got.len() != want.len() {
             why.push(format!("{} rows, expected {}", got.len(), want.len()));
         }

@@ -4,6 +4,9 @@
 //!   empty cache; tokens/s = N / time.
 //! - `tg N`: N tokens evaluated one at a time from an empty cache, one forward per token; no
 //!   sampling (the next token is random), tokens/s = N / time.
+//! - Like llama-bench's, every forward brings its logits row to host memory and waits for it;
+//!   the row is lent where it landed (`Engine::forward_lend`: on a GPU the page-locked buffer
+//!   the device copied it into, as llama.cpp's logits buffer), not copied again.
 //! - Each test runs once untimed (warm-up), then `-r` times; mean +- sample standard deviation of
 //!   the per-repetition tokens/s. Model loading, tokenization and sampling are never timed.
 //! - Peak memory is the process's peak resident set (`VmHWM`) after the runs.
@@ -214,6 +217,12 @@ pub fn bench(args: BenchArgs) -> Result<()> {
     }
 }
 
+/// What a test does with a step's logits row on the host: nothing but make sure it was there
+/// (llama-bench does not read it either).
+fn receive(rows: &[f32]) {
+    std::hint::black_box(rows.last());
+}
+
 /// One pp test: `n` random tokens in one batch from an empty cache; returns the seconds taken.
 fn pp_once<B: Backend>(
     engine: &mut Engine<B>,
@@ -224,7 +233,7 @@ fn pp_once<B: Backend>(
     let tokens: Vec<u32> = (0..n).map(|_| rng.next(engine.n_vocab())).collect();
     let seq = engine.new_sequence();
     let t0 = Instant::now();
-    engine.forward(
+    engine.forward_lend(
         &[SeqInput {
             seq,
             tokens: &tokens,
@@ -232,6 +241,7 @@ fn pp_once<B: Backend>(
             mask: None,
         }],
         taps,
+        &receive,
     )?;
     let dt = t0.elapsed().as_secs_f64();
     engine.free_sequence(seq);
@@ -254,7 +264,7 @@ fn tg_once<B: Backend>(
     for _ in 0..n {
         before_step();
         let t0 = Instant::now();
-        engine.forward(
+        engine.forward_lend(
             &[SeqInput {
                 seq,
                 tokens: &tok,
@@ -262,6 +272,7 @@ fn tg_once<B: Backend>(
                 mask: None,
             }],
             taps,
+            &receive,
         )?;
         total += t0.elapsed().as_secs_f64();
         tok[0] = rng.next(vocab);
