@@ -1,0 +1,32 @@
+#!/bin/bash
+# Session 23b: the logits' hand-over to the host (LOCKSTEP_CUDA_HOST_COPY whole / chunks /
+# parallel) under the replay clock, now with the restage's upload share; tg128, alternating.
+set -u
+B=./.device/lockstep
+O=${OUT:-/tmp/s23b}; mkdir -p $O
+T0=$(date +%s); el() { echo "   [$(( $(date +%s) - T0 )) s]"; }
+export LOCKSTEP_CUDA_CACHE=/tmp/cubin
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+$B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf | tail -1
+( $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 2 -r 1 > /dev/null 2>&1 ) &
+$B synth --like gemma3 --type Q4_K_M --metadata-from .device/gemma3-meta.gguf -o /tmp/gemma3.gguf | tail -1
+$B synth --like llama-1b --type Q4_K_M -o /tmp/l1b.gguf | tail -1
+( $B synth --like llama-8b --type Q4_K_M -o /tmp/l8b.gguf > /dev/null 2>&1 ) &
+wait
+el
+for m in smol gemma3 l1b l8b; do [ -f /tmp/$m.gguf ] || { echo "no /tmp/$m.gguf"; exit 1; }; done
+for m in gemma3 l1b; do
+  for x in whole parallel chunks; do
+    echo "== $m $x"
+    LOCKSTEP_CUDA_HOST_COPY=$x LOCKSTEP_CUDA_REPLAY_CLOCK=1 $B bench --backend cuda -m /tmp/$m.gguf -p 0 -n 128 -r 3 > $O/clock_${m}_$x.txt 2>&1
+    grep -E '\| tg|  [a-z]+ +[0-9-]' $O/clock_${m}_$x.txt | tr -s ' '
+  done
+done
+el
+tg() { env $1 $B bench --backend cuda -m /tmp/$2.gguf -p 0 -n 128 -r 3 2>&1 | grep -E '\| tg' | tr -s ' ' | cut -d'|' -f6; }
+for r in 1 2; do
+  for m in gemma3 l8b smol l1b; do
+    for x in whole parallel; do echo "-- $m $x: $(tg LOCKSTEP_CUDA_HOST_COPY=$x $m)"; done
+  done
+done
+el
