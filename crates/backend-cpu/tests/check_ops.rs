@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use lockstep_backend_ref::RefBackend;
 use lockstep_graph::{
-    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, RopeParams,
-    Taps, WeightView,
+    Activation, AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut,
+    RopeParams, StepOut, Taps, WeightView,
 };
 use lockstep_verify::isolate::Arithmetic;
 use lockstep_verify::ops::{check_ops, render_ops};
@@ -78,6 +78,9 @@ struct Broken {
     /// Moves the last element of every fused rope_store + attention output by one ulp (a fused
     /// kernel that sums in another order than the two ops).
     fused_attention_ulp: bool,
+    /// Lends (`LogitsOut::Lend`) rows whose last value is one ulp off (a lent buffer that is
+    /// not the rows' own).
+    lend_ulp: bool,
 }
 
 impl Backend for Broken {
@@ -176,6 +179,13 @@ impl Backend for Broken {
             h.data,
         ))
     }
+    fn logits_out(&self, l: &Self::Tensor, out: LogitsOut<'_>) -> Result<StepOut, BackendError> {
+        let mut h = self.inner.to_host(l);
+        if let (LogitsOut::Lend(_), true, Some(last)) = (out, self.lend_ulp, h.data.last_mut()) {
+            *last = f32::from_bits(last.to_bits() + 1);
+        }
+        Ok(StepOut::from_host(h, out))
+    }
 }
 
 #[test]
@@ -185,6 +195,7 @@ fn harness_fails_a_fused_attention_one_ulp_off() {
         matmul_factor: 1.0,
         nan_in_act: false,
         fused_attention_ulp: true,
+        lend_ulp: false,
     };
     let r = check_ops(&b, "broken", Arithmetic::Quant8, "rope_store_attention");
     let out: Vec<_> = r
@@ -203,12 +214,33 @@ fn harness_fails_a_fused_attention_one_ulp_off() {
 }
 
 #[test]
+fn harness_fails_lent_rows_one_ulp_off() {
+    let b = Broken {
+        inner: cpu(1),
+        matmul_factor: 1.0,
+        nan_in_act: false,
+        fused_attention_ulp: false,
+        lend_ulp: true,
+    };
+    let r = check_ops(&b, "broken", Arithmetic::Quant8, "logits_top");
+    assert!(r.cases.len() >= 10, "{}", render_ops(&r, true));
+    assert!(
+        r.cases
+            .iter()
+            .all(|c| !c.pass && c.note.contains("lent rows differ")),
+        "{}",
+        render_ops(&r, true)
+    );
+}
+
+#[test]
 fn harness_fails_slightly_wrong_matmuls_and_nan() {
     let b = Broken {
         inner: cpu(1),
         matmul_factor: 1.001,
         nan_in_act: true,
         fused_attention_ulp: false,
+        lend_ulp: false,
     };
     let r = check_ops(&b, "broken", Arithmetic::Quant8, "matmul,act_mul,add");
     assert!(!r.pass());
