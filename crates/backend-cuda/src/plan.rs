@@ -726,19 +726,44 @@ pub fn attention_tile(
 /// the reference does (f64 `powf` and `sin_cos` on the host).
 pub fn rope_table(positions: &[u32], n_rot: usize, base: f32) -> Vec<f64> {
     let half = n_rot / 2;
-    let inv: Vec<f64> = (0..half)
-        .map(|i| f64::from(base).powf(-2.0 * i as f64 / n_rot as f64))
-        .collect();
+    let inv = rope_inverse_frequencies(n_rot, base);
     let mut out = Vec::with_capacity(positions.len() * half * 2);
     for &pos in positions {
         let pos = f64::from(pos);
-        for &f in &inv {
+        for &f in inv.iter() {
             let (s, c) = (pos * f).sin_cos();
             out.push(c);
             out.push(s);
         }
     }
     out
+}
+
+/// `base^(-2i / n_rot)` for the `n_rot / 2` pairs, computed once per (n_rot, base) on each
+/// thread: a decode step's table is one row, whose `powf`s cost as much host time as its
+/// `sin_cos`s (Gemma-3: two tables of 128 pairs before every replay). The same expression as
+/// ever, so the tables are bitwise the same.
+fn rope_inverse_frequencies(n_rot: usize, base: f32) -> std::rc::Rc<[f64]> {
+    type Kept = Vec<((usize, u32), std::rc::Rc<[f64]>)>;
+    thread_local! {
+        static KEPT: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let key = (n_rot, base.to_bits());
+    KEPT.with(|k| {
+        let mut k = k.borrow_mut();
+        if let Some((_, v)) = k.iter().find(|(kk, _)| *kk == key) {
+            return v.clone();
+        }
+        let v: std::rc::Rc<[f64]> = (0..n_rot / 2)
+            .map(|i| f64::from(base).powf(-2.0 * i as f64 / n_rot as f64))
+            .collect();
+        // A handful of kinds in a process (a model has one or two); a runaway list is cut.
+        if k.len() >= 16 {
+            k.clear();
+        }
+        k.push((key, v.clone()));
+        v
+    })
 }
 
 /// Rows of [`rope_table`] by position, per (rotated dims, base), kept across steps: a prefill at
@@ -1236,6 +1261,29 @@ mod tests {
         assert_eq!(t[5], 7f64.sin());
         assert_eq!(t[6], (7.0 * f1).cos());
         assert_eq!(t[7], (7.0 * f1).sin());
+        // The kept inverse frequencies: every kind, asked for again and again (past the cut of
+        // the kept list too), gives the formula's values bitwise.
+        for round in 0..3 {
+            for (i, n_rot) in [64usize, 128, 256, 6].into_iter().enumerate() {
+                for base in [
+                    10000.0f32,
+                    1_000_000.0,
+                    500000.0,
+                    10.0 + i as f32 + round as f32,
+                ] {
+                    let t = rope_table(&[3, 1000], n_rot, base);
+                    for (j, pos) in [3.0f64, 1000.0].into_iter().enumerate() {
+                        for p in 0..n_rot / 2 {
+                            let f = f64::from(base).powf(-2.0 * p as f64 / n_rot as f64);
+                            let (sn, cs) = (pos * f).sin_cos();
+                            let at = (j * (n_rot / 2) + p) * 2;
+                            assert_eq!(t[at].to_bits(), cs.to_bits(), "{n_rot} {base} {pos} {p}");
+                            assert_eq!(t[at + 1].to_bits(), sn.to_bits());
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
