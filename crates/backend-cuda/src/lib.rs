@@ -591,7 +591,7 @@ struct ReplayClockState {
     synced_at: Option<std::time::Instant>,
     copy_recorded: bool,
     last_end: Option<std::time::Instant>,
-    /// The last restage: time in `rewrite_input`, tables rewritten, tables in all.
+    /// The last restage: time in `upload_tables`, tables rewritten, tables in all.
     upload: (std::time::Duration, usize, usize),
 }
 
@@ -1269,6 +1269,12 @@ impl CudaBackend {
 
     /// Rewrites a step's staged table in place (before a capture or a replay).
     fn rewrite_input(&self, s: &mut Staged, host: HostInput) -> Result<(), BackendError> {
+        s.host = host;
+        self.write_staged(s)
+    }
+
+    /// Writes a staged table's host values to its device buffers, a copy per part.
+    fn write_staged(&self, s: &mut Staged) -> Result<(), BackendError> {
         fn put<T: DeviceRepr>(
             stream: &Arc<CudaStream>,
             host: &[T],
@@ -1285,7 +1291,7 @@ impl CudaBackend {
                 .memcpy_htod(host, &mut view)
                 .map_err(|e| BackendError::Other(format!("cuda step inputs: {e}")))
         }
-        match (&host, &mut s.dev) {
+        match (&s.host, &mut s.dev) {
             (HostInput::U32(v), DevInput::U32(d)) => put(&self.stream, v, d)?,
             (HostInput::Rope { table, .. }, DevInput::F64(d)) => put(&self.stream, table, d)?,
             (HostInput::Attn(p), DevInput::Attn(d)) => {
@@ -1295,12 +1301,9 @@ impl CudaBackend {
             }
             _ => unreachable!("a kind always derives the same table type"),
         }
-        s.host = host;
         Ok(())
     }
 
-    /// Derives every table of a recorded step from `batch` and writes it to the step's
-    /// buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
     /// `logits`' rows reduced on the device to their `k` largest entries and the monitors'
     /// statistics (kernels.cu, LOGITS REDUCTION): `2k + 6` words a row cross to the host.
     /// `None` where the reduction does not fit (`plan::top_blocks`) or
@@ -1772,6 +1775,8 @@ impl CudaBackend {
         Some(unsafe { m.assume_init() })
     }
 
+    /// Derives every table of a recorded step from `batch` and writes the changed ones to the
+    /// step's buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
     fn restage(&self, store: &mut StepStore, batch: &Batch) -> Result<bool, BackendError> {
         let t0 = self.replay_clock.is_some().then(std::time::Instant::now);
         let mut changed = Vec::new();
@@ -1806,9 +1811,7 @@ impl CudaBackend {
     fn upload_tables(&self, inputs: &mut [Staged], changed: &[usize]) -> Result<(), BackendError> {
         if !self.batch_uploads || changed.is_empty() {
             for &i in changed {
-                let s = &mut inputs[i];
-                let host = std::mem::replace(&mut s.host, HostInput::U32(Vec::new()));
-                self.rewrite_input(s, host)?;
+                self.write_staged(&mut inputs[i])?;
             }
             return Ok(());
         }
@@ -2788,7 +2791,9 @@ impl Backend for CudaBackend {
             cache: self.cache_id(cache),
             long: plan::long_context(batch),
         };
-        let t0 = std::time::Instant::now();
+        // The replay clock's instants (none without it: this is every decode step's path).
+        let now = || self.replay_clock.is_some().then(std::time::Instant::now);
+        let t0 = now();
         let mut st = self.steps.borrow_mut();
         let Some(c) = st.graphs.get_mut(&fk) else {
             return Ok(None);
@@ -2797,7 +2802,7 @@ impl Backend for CudaBackend {
             st.graphs.remove(&fk);
             return Ok(None);
         }
-        let t1 = std::time::Instant::now();
+        let t1 = now();
         let clock_on = |i: usize| {
             self.replay_clock.as_ref().map(|rc| {
                 let mut rc = rc.borrow_mut();
@@ -2812,9 +2817,9 @@ impl Backend for CudaBackend {
         }
         .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
         let after = clock_on(1);
-        let t2 = std::time::Instant::now();
+        let t2 = now();
         let h = self.logits_out(&c.out, out);
-        if let Some(rc) = &self.replay_clock {
+        if let (Some(rc), Some(t0), Some(t1), Some(t2)) = (&self.replay_clock, t0, t1, t2) {
             let t3 = std::time::Instant::now();
             let mut rc = rc.borrow_mut();
             let rc = &mut *rc;
