@@ -3077,6 +3077,66 @@ __device__ __forceinline__ void fast_enter() {
         fast_enter<ONE>();                                                                      \
         mmv3_fast_body<TY, ONE>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);              \
     }
+// One activation row against NR consecutive weight rows r0 .. r0 + NR - 1 a warp (the rows
+// past m skipped). Each row's arithmetic is fast_rows<TY, 1, false, true>'s: lane l takes units
+// l, l + 32, ... of every row, the first unit's loads (of all NR rows) before the grid wait, the
+// dots in the same order, the same butterfly; so every output is bitwise mmv_fast1's. What
+// changes is how much a lane has in flight: a row of fewer than 32 units (the small models'
+// rows of 576 / 640 values: 18 / 20 units) leaves lanes idle, and one unit a lane in flight
+// could not keep up with memory. Two rows a warp: the LM heads' (Q8_0, 49152 x 576 and 262144 x
+// 640) 15.3 / 79.4 us -> 9.7 / 48.3 us alone on the H200 (bench/gemv_lab/head_lab.cu, session 24).
+template <int TY, int NR>
+__device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
+                                             const signed char* __restrict__ xq,
+                                             const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                             int k, int m, int r0) {
+    constexpr int E = FastUnit<TY>::E;
+    int lane = threadIdx.x & 31;
+    int units = k / E;
+    float acc[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = 0.0f;
+    if (lane < units) {
+        FastUnit<TY> w[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) w[j].load(fast_row_ptr<TY>(W, r0 + j, k), lane);
+        GRID_WAIT();
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) acc[j] = w[j].dot(xq, xd, lane, acc[j]);
+    } else {
+        GRID_WAIT();
+    }
+    for (int u = lane + 32; u < units; u += 32) {
+        FastUnit<TY> w[NR];
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) w[j].load(fast_row_ptr<TY>(W, r0 + j, k), u);
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) acc[j] = w[j].dot(xq, xd, u, acc[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        float v = warp_sum_fixed(acc[j]);
+        if (lane == 0 && r0 + j < m) y[r0 + j] = v;
+    }
+    TL_MARK(9);
+}
+
+// mmv_fast1_<id> with two weight rows a warp (fast_rows_nr; plan::fast_two_rows picks it, for
+// one activation row: n is 1).
+#define FAST_TWO_ROWS(TY)                                                                       \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        mmv_fast2r_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,   \
+                        int k, int m) {                                                         \
+        GRID_LAUNCH();                                                                          \
+        int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                     \
+        if (r0 >= m) return; /* a whole warp leaves together */                                 \
+        fast_rows_nr<TY, 2>(W, xq, xd, y, k, m, r0);                                            \
+    }
+
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the
 // tile paths: the 8-row tiles' registers would otherwise set the occupancy of every launch.
 // Same per-row arithmetic, so a row's result does not depend on which of the two ran.
@@ -3089,6 +3149,14 @@ FAST_FOR(8)
 FAST_FOR(12)
 FAST_FOR(13)
 FAST_FOR(14)
+FAST_TWO_ROWS(2)
+FAST_TWO_ROWS(3)
+FAST_TWO_ROWS(6)
+FAST_TWO_ROWS(7)
+FAST_TWO_ROWS(8)
+FAST_TWO_ROWS(12)
+FAST_TWO_ROWS(13)
+FAST_TWO_ROWS(14)
 // ============================================================================================
 // END FAST NUMERICS
 // ============================================================================================

@@ -309,6 +309,9 @@ struct Kernels {
 struct FastPair {
     tiles: CudaFunction,
     one_row: CudaFunction,
+    /// One row against two weight rows a warp (`mmv_fast2r`, mat-vecs only; see
+    /// `plan::fast_two_rows`).
+    two_rows: Option<CudaFunction>,
 }
 
 impl FastPair {
@@ -870,9 +873,12 @@ impl CudaBackend {
                 Ok(FastPair {
                     tiles: f(&format!("{op}_fast_{id}"))?,
                     one_row: f(&format!("{op}_fast1_{id}"))?,
+                    two_rows: None,
                 })
             };
-            fast_mm.push((id as i32, pair("mmv")?));
+            let mut mm = pair("mmv")?;
+            mm.two_rows = Some(f(&format!("mmv_fast2r_{id}"))?);
+            fast_mm.push((id as i32, mm));
             fast_gu.push((id as i32, pair("gate_up")?));
             fast_mm3.push((id as i32, pair("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
@@ -2538,8 +2544,15 @@ impl CudaBackend {
         let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
         let (ni, ki, mi) = (n as i32, k as i32, m as i32);
         if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
-            let (gx, gy) = plan::fast_grid(n, m);
-            let mut b = self.stream.launch_builder(f.for_rows(n));
+            let two = f
+                .two_rows
+                .as_ref()
+                .filter(|_| plan::fast_two_rows(w.desc.id, n, k, m, two_rows_knob()));
+            let (gx, gy) = match two {
+                Some(_) => (plan::fast_two_rows_grid(m), 1),
+                None => plan::fast_grid(n, m),
+            };
+            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
             b.arg(&w.data)
                 .arg(&qv)
                 .arg(&dv)
@@ -4532,6 +4545,17 @@ fn split_min_keys() -> usize {
             .and_then(|v| v.parse().ok())
             .filter(|&n: &usize| (1..=1 << 20).contains(&n))
             .unwrap_or(plan::ATT_SPLIT_MIN_KEYS)
+    })
+}
+
+/// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`):
+/// [`plan::TWO_ROWS_MIN`], `LOCKSTEP_CUDA_TWO_ROWS=N` (rows), or `=0` (never: every mat-vec a
+/// warp a row, the same values bitwise), for comparisons. Read once.
+fn two_rows_knob() -> Option<usize> {
+    static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| match std::env::var("LOCKSTEP_CUDA_TWO_ROWS") {
+        Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
+        Err(_) => Some(plan::TWO_ROWS_MIN),
     })
 }
 

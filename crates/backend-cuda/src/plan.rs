@@ -105,6 +105,40 @@ pub fn fast_quantizes(id: i32) -> bool {
 
 /// Threads per block of the fast kernels: one warp per weight row.
 pub const FAST_THREADS: u32 = 128;
+
+/// Values in a fast kernel's unit of weights (kernels.cu `FastUnit<TY>::E`): a lane's share
+/// of a row per pass of its warp.
+pub fn fast_unit_elems(id: i32) -> usize {
+    let wide = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K];
+    if wide.iter().any(|t| t.id() as i32 == id) {
+        64
+    } else {
+        32
+    }
+}
+
+/// Rows from which a one-row mat-vec runs two weight rows a warp, unless
+/// `LOCKSTEP_CUDA_TWO_ROWS` says otherwise. Halving the warps of a short mat-vec (SmolLM2's
+/// and Gemma-3's o, 576 / 640 rows) costs more than the lanes' loads in flight give back; from
+/// Llama-1B's o (2048 rows) and at the LM heads it pays (session 24, H200, tg128 against every
+/// mat-vec a warp a row: Gemma-3 +4.5 / +8.5% with the LM head alone, Llama-1B +4.1 / +6.3%
+/// with every mat-vec, SmolLM2 +1.0%; 576 / 640-row mat-vecs two rows a warp cost SmolLM2 and
+/// Gemma-3 1-3% of that).
+pub const TWO_ROWS_MIN: usize = 2048;
+
+/// Whether a fast mat-vec of `n` activation rows against `m` weight rows of `k` values of type
+/// `id` runs `mmv_fast2r_<id>` (two weight rows a warp; every output bitwise `mmv_fast1`'s): one
+/// activation row, a row of at most one unit a lane (so each lane has one unit of a row in
+/// flight, fewer where the row has under 32 units), and at least `min_rows` rows (`None`:
+/// never).
+pub fn fast_two_rows(id: i32, n: usize, k: usize, m: usize, min_rows: Option<usize>) -> bool {
+    min_rows.is_some_and(|min| n == 1 && k / fast_unit_elems(id) <= 32 && m >= min.max(1))
+}
+
+/// Blocks of `mmv_fast2r`: two rows a warp, `FAST_THREADS / 32` warps a block.
+pub fn fast_two_rows_grid(m: usize) -> u32 {
+    (m as u32).div_ceil(2 * (FAST_THREADS / 32)).max(1)
+}
 /// Activation rows per tile of the fast kernels (a block loops over tiles strided by grid.y).
 pub const FAST_TILE: usize = 8;
 
@@ -957,6 +991,50 @@ mod tests {
         assert!(g.grid.0 * g.grid.1 >= 132);
         // The largest block: 101 632 bytes (an opt-in beyond the default 48 KiB).
         assert_eq!(flash_smem(128, 4), (128 + 64) * 132 * 4 + 256);
+    }
+
+    #[test]
+    fn two_rows_a_warp_for_one_row_mat_vecs_of_at_most_a_unit_a_lane() {
+        let src = include_str!("kernels.cu");
+        for &ty in FAST {
+            let id = ty.id() as i32;
+            // The unit size agrees with kernels.cu's FastUnit (K-quants through FastUnitK45),
+            // and every fast type has its two-row kernel.
+            let e = fast_unit_elems(id);
+            let k45 = matches!(ty, GgmlType::Q4K | GgmlType::Q5K);
+            let name = format!("struct FastUnit<T_{}> {{", ty.name().to_uppercase());
+            let unit = if k45 {
+                src.find("struct FastUnitK45 {")
+            } else {
+                src.find(&name)
+            };
+            let Some(at) = unit else {
+                panic!("{ty}: no fast unit in kernels.cu ({name})")
+            };
+            let decl = &src[at..at + 120];
+            assert!(decl.contains(&format!("E = {e};")), "{ty}: {decl}");
+            assert!(src.contains(&format!("FAST_TWO_ROWS({id})")), "{ty}");
+        }
+        let (q8, q4k) = (GgmlType::Q8_0.id() as i32, GgmlType::Q4K.id() as i32);
+        // The small models' LM heads (rows of 576 / 640 values), Llama-1B's o (2048 x 2048).
+        let min = Some(TWO_ROWS_MIN);
+        assert!(fast_two_rows(q8, 1, 640, 262144, min));
+        assert!(fast_two_rows(q8, 1, 576, 49152, min));
+        assert!(fast_two_rows(q4k, 1, 2048, 2048, min));
+        // SmolLM2's and Gemma-3's o (576 / 640 rows) keep a warp a row by default.
+        assert!(!fast_two_rows(q8, 1, 576, 576, min));
+        assert!(!fast_two_rows(q4k, 1, 1024, 640, min));
+        assert!(fast_two_rows(q4k, 1, 1024, 640, Some(1)));
+        // Rows of more than a unit a lane, prefill rows, too few rows, the knob off.
+        assert!(!fast_two_rows(q8, 1, 1056, 49152, Some(1)));
+        assert!(!fast_two_rows(q4k, 1, 4096, 4096, Some(1)));
+        assert!(!fast_two_rows(q8, 2, 640, 262144, Some(1)));
+        assert!(!fast_two_rows(q8, 1, 640, 1000, Some(16384)));
+        assert!(!fast_two_rows(q8, 1, 640, 262144, None));
+        // Two rows a warp, four warps a block: an odd last row gets a warp of its own.
+        assert_eq!(fast_two_rows_grid(262144), 32768);
+        assert_eq!(fast_two_rows_grid(67), 9);
+        assert_eq!(fast_two_rows_grid(1), 1);
     }
 
     #[test]

@@ -219,9 +219,13 @@ fn the_comparison_builds_compile() {
         plain.contains(evict),
         "the default build's PTX lacks {evict}"
     );
-    // Every fast type's one-row mat-vec loads its weights under the policy.
-    for id in [2, 3, 6, 7, 8, 12, 13, 14] {
-        let entry = format!(".entry mmv_fast1_{id}(");
+    // Every fast type's one-row mat-vecs (a warp a row, two rows a warp) load their weights
+    // under the policy.
+    for kernel in [2, 3, 6, 7, 8, 12, 13, 14]
+        .iter()
+        .flat_map(|id| [format!("mmv_fast1_{id}"), format!("mmv_fast2r_{id}")])
+    {
+        let entry = format!(".entry {kernel}(");
         let start = plain
             .find(&entry)
             .unwrap_or_else(|| panic!("no {entry} in the PTX"));
@@ -230,7 +234,7 @@ fn the_comparison_builds_compile() {
             .map_or(plain.len(), |e| start + entry.len() + e);
         assert!(
             plain[start..end].contains("ld.global.nc.L2::cache_hint"),
-            "mmv_fast1_{id} loads no weight with the evict-first policy"
+            "{kernel} loads no weight with the evict-first policy"
         );
     }
 }
