@@ -2547,7 +2547,10 @@ impl CudaBackend {
             let two = f
                 .two_rows
                 .as_ref()
-                .filter(|_| plan::fast_two_rows(w.desc.id, n, k, m, two_rows_knob()));
+                .filter(|_| {
+                    let units = two_rows_units_knob();
+                    plan::fast_two_rows_upto(w.desc.id, n, k, m, two_rows_knob(), units)
+                });
             let (gx, gy) = match two {
                 Some(_) => (plan::fast_two_rows_grid(m), 1),
                 None => plan::fast_grid(n, m),
@@ -4556,6 +4559,18 @@ fn two_rows_knob() -> Option<usize> {
     *MIN.get_or_init(|| match std::env::var("LOCKSTEP_CUDA_TWO_ROWS") {
         Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
         Err(_) => Some(plan::TWO_ROWS_MIN),
+    })
+}
+
+/// The most units a row may have for two rows a warp (`plan::fast_two_rows`: 32);
+/// `LOCKSTEP_CUDA_TWO_ROWS_UNITS=N` for comparisons. Read once.
+fn two_rows_units_knob() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("LOCKSTEP_CUDA_TWO_ROWS_UNITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32)
     })
 }
 

@@ -132,7 +132,19 @@ pub const TWO_ROWS_MIN: usize = 2048;
 /// flight, fewer where the row has under 32 units), and at least `min_rows` rows (`None`:
 /// never).
 pub fn fast_two_rows(id: i32, n: usize, k: usize, m: usize, min_rows: Option<usize>) -> bool {
-    min_rows.is_some_and(|min| n == 1 && k / fast_unit_elems(id) <= 32 && m >= min.max(1))
+    fast_two_rows_upto(id, n, k, m, min_rows, 32)
+}
+
+/// [`fast_two_rows`] for rows of up to `max_units` units (a comparison knob's).
+pub fn fast_two_rows_upto(
+    id: i32,
+    n: usize,
+    k: usize,
+    m: usize,
+    min_rows: Option<usize>,
+    max_units: usize,
+) -> bool {
+    min_rows.is_some_and(|min| n == 1 && k / fast_unit_elems(id) <= max_units && m >= min.max(1))
 }
 
 /// Blocks of `mmv_fast2r`: two rows a warp, `FAST_THREADS / 32` warps a block.
