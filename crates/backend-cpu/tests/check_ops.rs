@@ -237,16 +237,17 @@ fn harness_fails_lent_rows_one_ulp_off() {
 fn harness_fails_slightly_wrong_matmuls_and_nan() {
     let b = Broken {
         inner: cpu(1),
-        matmul_factor: 1.001,
+        matmul_factor: 1.002,
         nan_in_act: true,
         fused_attention_ulp: false,
         lend_ulp: false,
     };
     let r = check_ops(&b, "broken", Arithmetic::Quant8, "matmul,act_mul,add");
     assert!(!r.pass());
-    // A 0.1% matmul error (NMSE 1e-6) fails every matmul case with at least 9 outputs (with
-    // two, the outputs can nearly cancel, and the op's own rounding legitimately reaches 0.1%
-    // of them); adds are untouched.
+    // A 0.2% matmul error (NMSE 4e-6) fails every matmul case with at least 9 outputs (with
+    // two, the outputs can nearly cancel, and the op's own rounding legitimately reaches 0.2%
+    // of them); adds are untouched. (At 0.1%, NMSE 1e-6, the bound of an f16 row of 4096
+    // values, about 1.1e-6 depending on the drawn values, could hold it.)
     let passed: Vec<String> = r
         .cases
         .iter()

@@ -2547,10 +2547,7 @@ impl CudaBackend {
             let two = f
                 .two_rows
                 .as_ref()
-                .filter(|_| {
-                    let units = two_rows_units_knob();
-                    plan::fast_two_rows_upto(w.desc.id, n, k, m, two_rows_knob(), units)
-                });
+                .filter(|_| plan::fast_two_rows(w.desc.id, n, k, m, two_rows_knob()));
             let (gx, gy) = match two {
                 Some(_) => (plan::fast_two_rows_grid(m), 1),
                 None => plan::fast_grid(n, m),
@@ -4551,26 +4548,15 @@ fn split_min_keys() -> usize {
     })
 }
 
-/// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`):
-/// [`plan::TWO_ROWS_MIN`], `LOCKSTEP_CUDA_TWO_ROWS=N` (rows), or `=0` (never: every mat-vec a
-/// warp a row, the same values bitwise), for comparisons. Read once.
+/// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`; twice
+/// that for rows of more than 32 units): [`plan::TWO_ROWS_MIN`], `LOCKSTEP_CUDA_TWO_ROWS=N`
+/// (rows), or `=0` (never: every mat-vec a warp a row, the same values bitwise), for
+/// comparisons. Read once.
 fn two_rows_knob() -> Option<usize> {
     static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *MIN.get_or_init(|| match std::env::var("LOCKSTEP_CUDA_TWO_ROWS") {
         Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
         Err(_) => Some(plan::TWO_ROWS_MIN),
-    })
-}
-
-/// The most units a row may have for two rows a warp (`plan::fast_two_rows`: 32);
-/// `LOCKSTEP_CUDA_TWO_ROWS_UNITS=N` for comparisons. Read once.
-fn two_rows_units_knob() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("LOCKSTEP_CUDA_TWO_ROWS_UNITS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(32)
     })
 }
 

@@ -127,24 +127,17 @@ pub fn fast_unit_elems(id: i32) -> usize {
 pub const TWO_ROWS_MIN: usize = 2048;
 
 /// Whether a fast mat-vec of `n` activation rows against `m` weight rows of `k` values of type
-/// `id` runs `mmv_fast2r_<id>` (two weight rows a warp; every output bitwise `mmv_fast1`'s): one
-/// activation row, a row of at most one unit a lane (so each lane has one unit of a row in
-/// flight, fewer where the row has under 32 units), and at least `min_rows` rows (`None`:
-/// never).
+/// `id` runs `mmv_fast2r_<id>` (two weight rows a warp; every output bitwise `mmv_fast1`'s):
+/// one activation row and at least `min_rows` weight rows for rows of at most one unit a lane
+/// (a lane has one unit of a row in flight, fewer where the row has under 32 units), twice
+/// that for longer rows (`None`: never). Session 24 (H200, tg128): the 8B's o, down and LM
+/// head (4096 / 128256 rows of 64-224 units) +2-3% two rows a warp; Llama-1B's down (2048 rows
+/// of 128 units) lost 2-3% of what its o and LM head gained.
 pub fn fast_two_rows(id: i32, n: usize, k: usize, m: usize, min_rows: Option<usize>) -> bool {
-    fast_two_rows_upto(id, n, k, m, min_rows, 32)
-}
-
-/// [`fast_two_rows`] for rows of up to `max_units` units (a comparison knob's).
-pub fn fast_two_rows_upto(
-    id: i32,
-    n: usize,
-    k: usize,
-    m: usize,
-    min_rows: Option<usize>,
-    max_units: usize,
-) -> bool {
-    min_rows.is_some_and(|min| n == 1 && k / fast_unit_elems(id) <= max_units && m >= min.max(1))
+    min_rows.is_some_and(|min| {
+        let long = k / fast_unit_elems(id) > 32;
+        n == 1 && m >= min.max(1) * if long { 2 } else { 1 }
+    })
 }
 
 /// Blocks of `mmv_fast2r`: two rows a warp, `FAST_THREADS / 32` warps a block.
@@ -1037,9 +1030,15 @@ mod tests {
         assert!(!fast_two_rows(q8, 1, 576, 576, min));
         assert!(!fast_two_rows(q4k, 1, 1024, 640, min));
         assert!(fast_two_rows(q4k, 1, 1024, 640, Some(1)));
-        // Rows of more than a unit a lane, prefill rows, too few rows, the knob off.
-        assert!(!fast_two_rows(q8, 1, 1056, 49152, Some(1)));
-        assert!(!fast_two_rows(q4k, 1, 4096, 4096, Some(1)));
+        // Rows of more than a unit a lane from twice the rows: the 8B's o and down (4096 rows)
+        // and LM head, not Llama-1B's down (2048 rows of 8192 values).
+        let q6k = GgmlType::Q6K.id() as i32;
+        assert!(fast_two_rows(q4k, 1, 4096, 4096, min));
+        assert!(fast_two_rows(q6k, 1, 14336, 4096, min));
+        assert!(fast_two_rows(q6k, 1, 4096, 128256, min));
+        assert!(!fast_two_rows(q4k, 1, 8192, 2048, min));
+        assert!(!fast_two_rows(q8, 1, 1056, 2048, min));
+        // Prefill rows, too few rows, the knob off.
         assert!(!fast_two_rows(q8, 2, 640, 262144, Some(1)));
         assert!(!fast_two_rows(q8, 1, 640, 1000, Some(16384)));
         assert!(!fast_two_rows(q8, 1, 640, 262144, None));

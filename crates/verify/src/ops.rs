@@ -1905,11 +1905,16 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         h.matmul_case(ty, 2, 4096, 8);
         let long = if ty.block_size() == 256 { 4864 } else { 4192 };
         h.matmul_case(ty, 1, long, 8);
-        // One row against many weight rows of at most 32 units (the cuda backend runs two
-        // weight rows a warp from 2048 rows: an LM head of a small model, Llama-1B's o), the
-        // last warp with one row.
-        let short = if ty.block_size() == 256 { 2048 } else { 640 };
+        // One row against many weight rows (the cuda backend runs two weight rows a warp from
+        // 2048 rows of at most 32 units, from 4096 of more: the LM heads, Llama-1B's o, the
+        // 8B's o and down), the last warp with one row.
+        let (short, longer) = if ty.block_size() == 256 {
+            (2048, 2304)
+        } else {
+            (640, 1088)
+        };
         h.matmul_case(ty, 1, short, 2051);
+        h.matmul_case(ty, 1, longer, 4097);
         for (n, act) in [(1usize, Activation::Silu), (5, Activation::GeluTanh)] {
             h.gate_up_case(
                 ty,
