@@ -3278,59 +3278,6 @@ struct FusedFirst {
     }
 };
 
-// A one-row mat-vec that quantizes its own activation (f32 x, k <= QIN_MAX values), sparing
-// quantize_q8_32's launch: where x comes from a kernel that does not quantize it (Gemma-3's
-// gate/up with its two norms, whose blocks hold 8 rows, not a 32-value block: session 15).
-// Every block quantizes the whole row into its shared memory, each warp its share of the
-// 32-value blocks by q8_block, exactly as quantize_q8_32's warps do, so the values are
-// bitwise the same; then each warp multiplies its row as mmv_fast1 does (its first units
-// loaded before the grid wait), so y is bitwise mmv_fast1's after quantize_q8_32.
-#define QIN_MAX 2048
-#define QIN_THREADS 128
-template <int TY>
-__device__ __forceinline__ void mmv_qin_body(const u8* __restrict__ W, const float* x, float* y,
-                                             int k, int m) {
-    __shared__ __align__(16) signed char sq[QIN_MAX];
-    __shared__ Q8Blk sd[QIN_MAX / 32];
-    constexpr int NW = QIN_THREADS / 32, PER = QIN_MAX / 32 / NW;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int r = blockIdx.x * NW + warp, nblk = k >> 5;
-    FusedFirst<TY, false> f;
-    if (r < m) f.load(W, nullptr, r, k);
-    GRID_WAIT();
-    // The row's values first (independent loads; __ldcg: x is written by the kernel before,
-    // and a non-coherent load could be scheduled above the wait), then the quantizations.
-    float v[PER];
-#pragma unroll
-    for (int i = 0; i < PER; i++) {
-        int blk = warp + i * NW;
-        v[i] = blk < nblk ? __ldcg(x + (size_t)blk * 32 + lane) : 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < PER; i++) {
-        int blk = warp + i * NW;
-        if (blk < nblk) q8_block(v[i], sq, sd, (size_t)blk);
-    }
-    __syncthreads();
-    if (r < m)
-        fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr, 0, k,
-                                                    m, r, 0, 0.0, &f.w);
-}
-#define MMV_QIN(TY)                                                                              \
-    extern "C" __global__ void __launch_bounds__(QIN_THREADS)                                     \
-        mmv_qin_fast1_##TY(const u8* W, const float* x, float* y, int k, int m) {                 \
-        GRID_LAUNCH();                                                                            \
-        mmv_qin_body<TY>(W, x, y, k, m);                                                          \
-    }
-MMV_QIN(2)
-MMV_QIN(3)
-MMV_QIN(6)
-MMV_QIN(7)
-MMV_QIN(8)
-MMV_QIN(12)
-MMV_QIN(13)
-MMV_QIN(14)
-
 #define NORM_IN_ARGS                                                                              \
     const float *a, const float *b, const float *pw, float *bn, float *sum, const float *nw,     \
         float *out, int g, float eps, int nt, signed char *q, Q8Blk *ds

@@ -275,8 +275,6 @@ struct Kernels {
     /// Fast numerics: per type with a fast kernel (`plan::FAST`), the matmul and the fused
     /// gate/up/activation; the activation quantizer and its values for the other types.
     fast_mm: Vec<(i32, FastPair)>,
-    /// One-row mat-vecs that quantize their own f32 activation (`mmv_qin_fast1_<id>`).
-    mmv_qin: Vec<(i32, CudaFunction)>,
     fast_gu: Vec<(i32, FastPair)>,
     /// Per type with a fast kernel: up to three weights (q, k, v) in one launch.
     fast_mm3: Vec<(i32, FastPair)>,
@@ -855,7 +853,6 @@ impl CudaBackend {
             ));
         }
         let mut fast_mm = Vec::new();
-        let mut mmv_qin = Vec::new();
         let mut fast_gu = Vec::new();
         let mut fast_mm3 = Vec::new();
         let mut fast_gu_q8 = Vec::new();
@@ -882,7 +879,6 @@ impl CudaBackend {
             let mut mm = pair("mmv")?;
             mm.two_rows = Some(f(&format!("mmv_fast2r_{id}"))?);
             fast_mm.push((id as i32, mm));
-            mmv_qin.push((id as i32, f(&format!("mmv_qin_fast1_{id}"))?));
             fast_gu.push((id as i32, pair("gate_up")?));
             fast_mm3.push((id as i32, pair("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
@@ -939,7 +935,6 @@ impl CudaBackend {
             to_f16: f("to_f16")?,
             dequant_rows_f16: f("dequant_rows_f16")?,
             fast_mm,
-            mmv_qin,
             fast_gu,
             fast_mm3,
             fast_gu_q8,
@@ -2542,31 +2537,12 @@ impl CudaBackend {
         if n == 0 || m == 0 {
             return self.tensor("matmul", out, n, m);
         }
-        let (ni, ki, mi) = (n as i32, k as i32, m as i32);
-        let quantized = self.q8_act_of.get() == Some(x.id) || self.q8_of.get() == Some(x.id);
-        let qin = self.k.mmv_qin.iter().find(|(id, _)| *id == w.desc.id);
-        if let (Some((_, f)), true) = (
-            qin,
-            plan::mmv_quantizes_itself(n, k, m, quantized, two_rows_knob(), w.desc.id)
-                && qin_knob(),
-        ) {
-            let mut b = self.stream.launch_builder(f);
-            b.arg(&w.data).arg(x.buf()).arg(&mut out).arg(&ki).arg(&mi);
-            let cfg = LaunchConfig {
-                grid_dim: (plan::fast_grid(1, m).0, 1, 1),
-                block_dim: (plan::FAST_THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: the weight is m rows of k encoded values, x one row of k floats (k a
-            // multiple of 32, at most QIN_MAX: the kernel's shared row), out m floats.
-            unsafe { b.launch(cfg) }.unwrap_or_else(|e| device_failure("matmul", e));
-            return self.tensor("matmul", out, n, m);
-        }
         let q8 = self.q8_for(x);
         let Some(buf) = q8.as_ref() else {
             unreachable!("quantize_q8 allocates it")
         };
         let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
+        let (ni, ki, mi) = (n as i32, k as i32, m as i32);
         if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
             let two = f
                 .two_rows
@@ -4582,14 +4558,6 @@ fn two_rows_knob() -> Option<usize> {
         Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
         Err(_) => Some(plan::TWO_ROWS_MIN),
     })
-}
-
-/// Whether a one-row mat-vec may quantize its own activation (`plan::mmv_quantizes_itself`);
-/// `LOCKSTEP_CUDA_QIN=0` runs quantize_q8_32 first (the same values bitwise), for comparisons.
-/// Read once.
-fn qin_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_QIN").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row fused gate/ups may quantize their activation for the down projection

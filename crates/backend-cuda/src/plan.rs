@@ -140,32 +140,6 @@ pub fn fast_two_rows(id: i32, n: usize, k: usize, m: usize, min_rows: Option<usi
     })
 }
 
-/// The longest row a one-row mat-vec quantizes itself (kernels.cu `QIN_MAX`: every block
-/// holds the quantized row in shared memory, each of its four warps quantizing up to 16 blocks
-/// of 32 values).
-pub const QIN_MAX: usize = 2048;
-
-/// Whether a fast mat-vec of `n` activation rows of `k` values against `m` weight rows of type
-/// `id` runs `mmv_qin_fast1_<id>`, quantizing its own activation (f32, `quantized`: already
-/// quantized by its producer or an earlier matmul) instead of a quantize_q8_32 launch before
-/// it: one row of at most [`QIN_MAX`] values, not already quantized, and not a mat-vec that
-/// runs two rows a warp (an LM head: its many blocks would each quantize the row again).
-pub fn mmv_quantizes_itself(
-    n: usize,
-    k: usize,
-    m: usize,
-    quantized: bool,
-    two_rows_min: Option<usize>,
-    id: i32,
-) -> bool {
-    n == 1
-        && m > 0
-        && !quantized
-        && k.is_multiple_of(32)
-        && k <= QIN_MAX
-        && !fast_two_rows(id, n, k, m, two_rows_min)
-}
-
 /// Blocks of `mmv_fast2r`: two rows a warp, `FAST_THREADS / 32` warps a block.
 pub fn fast_two_rows_grid(m: usize) -> u32 {
     (m as u32).div_ceil(2 * (FAST_THREADS / 32)).max(1)
@@ -1068,19 +1042,6 @@ mod tests {
         assert!(!fast_two_rows(q8, 2, 640, 262144, Some(1)));
         assert!(!fast_two_rows(q8, 1, 640, 1000, Some(16384)));
         assert!(!fast_two_rows(q8, 1, 640, 262144, None));
-        // A mat-vec quantizes its own activation: Gemma-3's down (640 x 2048), not an LM head,
-        // nor a row its producer quantized, nor a row longer than the kernel's shared row.
-        let q6 = GgmlType::Q6K.id() as i32;
-        assert!(mmv_quantizes_itself(1, 2048, 640, false, min, q6));
-        assert!(mmv_quantizes_itself(1, 64, 2, false, min, q8));
-        assert!(!mmv_quantizes_itself(1, 640, 262144, false, min, q8));
-        assert!(mmv_quantizes_itself(1, 640, 262144, false, None, q8));
-        assert!(!mmv_quantizes_itself(1, 2048, 640, true, min, q6));
-        assert!(!mmv_quantizes_itself(1, 8192, 2048, false, min, q6));
-        assert!(!mmv_quantizes_itself(2, 2048, 640, false, min, q6));
-        assert!(!mmv_quantizes_itself(1, 2048 + 16, 640, false, min, q6));
-        let src = include_str!("kernels.cu");
-        assert!(src.contains(&format!("#define QIN_MAX {QIN_MAX}\n")));
         // Two rows a warp, four warps a block: an odd last row gets a warp of its own.
         assert_eq!(fast_two_rows_grid(262144), 32768);
         assert_eq!(fast_two_rows_grid(67), 9);
