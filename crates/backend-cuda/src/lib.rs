@@ -876,11 +876,14 @@ impl CudaBackend {
                     two_rows: None,
                 })
             };
-            let mut mm = pair("mmv")?;
-            mm.two_rows = Some(f(&format!("mmv_fast2r_{id}"))?);
-            fast_mm.push((id as i32, mm));
-            fast_gu.push((id as i32, pair("gate_up")?));
-            fast_mm3.push((id as i32, pair("mmv3")?));
+            let two = |op: &str| -> Result<FastPair, BackendError> {
+                let mut p = pair(op)?;
+                p.two_rows = Some(f(&format!("{op}_fast2r_{id}"))?);
+                Ok(p)
+            };
+            fast_mm.push((id as i32, two("mmv")?));
+            fast_gu.push((id as i32, two("gate_up")?));
+            fast_mm3.push((id as i32, two("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
             norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
             norm_gu.push((id as i32, f(&format!("norm_gate_up_fast1_{id}"))?));
@@ -2496,10 +2499,20 @@ impl CudaBackend {
                 unreachable!("quantize_q8 allocates it")
             };
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
-            let (gx, gy) = plan::fast_grid(n, total);
+            // Two rows a warp keeps a warp's rows in one weight: q's and k's row counts even.
+            let two = f.two_rows.as_ref().filter(|_| {
+                two_rows_qkv_knob()
+                    && m[0] % 2 == 0
+                    && m[1] % 2 == 0
+                    && plan::fast_two_rows(ws[0].desc.id, n, k, total, two_rows_knob())
+            });
+            let (gx, gy) = match two {
+                Some(_) => (plan::fast_two_rows_grid(total), 1),
+                None => plan::fast_grid(n, total),
+            };
             let (ni, ki) = (n as i32, k as i32);
             let null = 0u64;
-            let mut b = self.stream.launch_builder(f.for_rows(n));
+            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
             for i in 0..3 {
                 match ws.get(i) {
                     Some(w) => b.arg(&w.data),
@@ -2701,10 +2714,17 @@ impl CudaBackend {
                 unreachable!("quantize_q8 allocates it")
             };
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
-            let (gx, gy) = plan::fast_grid(n, m);
+            let two = f.two_rows.as_ref().filter(|_| {
+                two_rows_gate_up_knob()
+                    && plan::fast_two_rows(gate.desc.id, n, k, m, two_rows_knob())
+            });
+            let (gx, gy) = match two {
+                Some(_) => (plan::fast_two_rows_grid(m), 1),
+                None => plan::fast_grid(n, m),
+            };
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let (ai, c) = act_args(act);
-            let mut b = self.stream.launch_builder(f.for_rows(n));
+            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
             b.arg(&gate.data)
                 .arg(&up.data)
                 .arg(&qv)
@@ -4558,6 +4578,20 @@ fn two_rows_knob() -> Option<usize> {
         Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
         Err(_) => Some(plan::TWO_ROWS_MIN),
     })
+}
+
+/// Whether one-row q/k/v (`LOCKSTEP_CUDA_TWO_ROWS_QKV`) and gate/up
+/// (`LOCKSTEP_CUDA_TWO_ROWS_GU`) launches run two rows a warp where `plan::fast_two_rows` says
+/// (`=0`: a warp a row, the same values bitwise), for comparisons. Read once.
+fn two_rows_qkv_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_TWO_ROWS_QKV").map_or(true, |v| v != "0"))
+}
+
+/// See [`two_rows_qkv_knob`].
+fn two_rows_gate_up_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_TWO_ROWS_GU").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row fused gate/ups may quantize their activation for the down projection

@@ -1019,6 +1019,9 @@ mod tests {
             let decl = &src[at..at + 120];
             assert!(decl.contains(&format!("E = {e};")), "{ty}: {decl}");
             assert!(src.contains(&format!("FAST_TWO_ROWS({id})")), "{ty}");
+            for op in ["mmv", "gate_up", "mmv3"] {
+                assert!(src.contains(&format!("{op}_fast2r_##TY(")), "{op}");
+            }
         }
         let (q8, q4k) = (GgmlType::Q8_0.id() as i32, GgmlType::Q4K.id() as i32);
         // The small models' LM heads (rows of 576 / 640 values), Llama-1B's o (2048 x 2048).

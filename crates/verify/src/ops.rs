@@ -952,13 +952,12 @@ impl<'b, B: Backend> Harness<'b, B> {
 
     /// q, k and v projections of one input in one op (`matmul_qkv`): each product checked as
     /// `matmul` checks it; v also of another type than q and k (as in Q4_K_M files).
-    fn qkv_case(&mut self, tys: [GgmlType; 3], n: usize, k: usize) {
+    fn qkv_case(&mut self, tys: [GgmlType; 3], n: usize, k: usize, ms: [usize; 3]) {
         let op = "matmul_qkv";
         let names = format!("{}/{}/{}", tys[0].name(), tys[1].name(), tys[2].name());
         if !self.wants(op, tys[0].name()) {
             return;
         }
-        let ms = [96usize, 32, 32];
         let shape = format!("x [{n}, {k}], q/k/v [{}|{}|{}, {k}]", ms[0], ms[1], ms[2]);
         let mut ws = Vec::new();
         for (&ty, &m) in tys.iter().zip(&ms) {
@@ -1924,6 +1923,8 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
                 act,
             );
         }
+        // One row against many gate/up rows (cuda: two rows a warp, as the mat-vecs above).
+        h.gate_up_case(ty, 1, short, 2051, Activation::Silu);
     }
     for tys in [
         [GgmlType::Q4_0; 3],
@@ -1935,8 +1936,10 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         [GgmlType::F32; 3],
     ] {
         for n in [1usize, 3] {
-            h.qkv_case(tys, n, 256);
+            h.qkv_case(tys, n, 256, [96, 32, 32]);
         }
+        // One row against 2048 q rows (cuda: two rows a warp; an odd v, its last warp one row).
+        h.qkv_case(tys, 1, 256, [2048, 512, 513]);
     }
     // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
     // another type (Q4_K_M; cuda: the two-type kernels of plan::MIXED_QKV, Gemma-3's Q5_0 / Q8_0
