@@ -3078,43 +3078,33 @@ __device__ __forceinline__ void fast_enter() {
         mmv3_fast_body<TY, ONE>(W0, W1, W2, xq, xd, y0, y1, y2, n, k, m0, m1, m2);              \
     }
 // One activation row against NR consecutive weight rows r0 .. r0 + NR - 1 a warp (the rows
-// past m skipped; with PAIR, those rows of W and W2 and the activation, as gate_up's). Each
-// row's arithmetic is fast_rows<TY, 1, PAIR, true>'s: lane l takes units
+// past m skipped). Each row's arithmetic is fast_rows<TY, 1, false, true>'s: lane l takes units
 // l, l + 32, ... of every row, the first unit's loads (of all NR rows) before the grid wait, the
 // dots in the same order, the same butterfly; so every output is bitwise mmv_fast1's. What
 // changes is how much a lane has in flight: a row of fewer than 32 units (the small models'
 // rows of 576 / 640 values: 18 / 20 units) leaves lanes idle, and one unit a lane in flight
 // could not keep up with memory. Two rows a warp: the LM heads' (Q8_0, 49152 x 576 and 262144 x
 // 640) 15.3 / 79.4 us -> 9.7 / 48.3 us alone on the H200 (bench/gemv_lab/head_lab.cu, session 24).
-template <int TY, int NR, bool PAIR>
-__device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W, const u8* __restrict__ W2,
+template <int TY, int NR>
+__device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
                                              const signed char* __restrict__ xq,
                                              const Q8Blk* __restrict__ xd, float* __restrict__ y,
-                                             float* __restrict__ y2, float* __restrict__ y3, int k,
-                                             int m, int r0, int act, double cgelu) {
+                                             int k, int m, int r0) {
     constexpr int E = FastUnit<TY>::E;
     int lane = threadIdx.x & 31;
     int units = k / E;
-    float acc[NR], acc2[PAIR ? NR : 1];
+    float acc[NR];
 #pragma unroll
     for (int j = 0; j < NR; j++) acc[j] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < (PAIR ? NR : 1); j++) acc2[j] = 0.0f;
     auto unit = [&](int u, bool wait) {
-        FastUnit<TY> w[NR], w2[PAIR ? NR : 1];
+        FastUnit<TY> w[NR];
 #pragma unroll
-        for (int j = 0; j < NR; j++) {
-            if (r0 + j >= m) continue;
-            w[j].load(fast_row_ptr<TY>(W, r0 + j, k), u);
-            if constexpr (PAIR) w2[j].load(fast_row_ptr<TY>(W2, r0 + j, k), u);
-        }
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) w[j].load(fast_row_ptr<TY>(W, r0 + j, k), u);
         if (wait) GRID_WAIT();
 #pragma unroll
-        for (int j = 0; j < NR; j++) {
-            if (r0 + j >= m) continue;
-            acc[j] = w[j].dot(xq, xd, u, acc[j]);
-            if constexpr (PAIR) acc2[j] = w2[j].dot(xq, xd, u, acc2[j]);
-        }
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) acc[j] = w[j].dot(xq, xd, u, acc[j]);
     };
     if (lane < units) unit(lane, true);
     else GRID_WAIT();
@@ -3122,27 +3112,15 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W, const u8*
 #pragma unroll
     for (int j = 0; j < NR; j++) {
         float v = warp_sum_fixed(acc[j]);
-        if constexpr (PAIR) {
-            float uu = warp_sum_fixed(acc2[j]);
-            if (lane == 0 && r0 + j < m) {
-                // fast_rows' activation (act_mul's f64 operations), bitwise.
-                double g = (double)v, f;
-                if (act == 0) f = g / (1.0 + exp(-g));
-                else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
-                y[r0 + j] = v;
-                y2[r0 + j] = uu;
-                y3[r0 + j] = (float)(f * (double)uu);
-            }
-        } else {
-            if (lane == 0 && r0 + j < m) y[r0 + j] = v;
-        }
+        if (lane == 0 && r0 + j < m) y[r0 + j] = v;
     }
     TL_MARK(9);
 }
 
-// mmv_fast1_<id>, gate_up_fast1_<id> and mmv3_fast1_<id> with two weight rows a warp
-// (fast_rows_nr; plan::fast_two_rows picks them, for one activation row: n is 1). mmv3's
-// host gives m0 and m1 even, so a warp's two rows are rows of one weight.
+// mmv_fast1_<id> and mmv3_fast1_<id> with two weight rows a warp (fast_rows_nr;
+// plan::fast_two_rows picks them, for one activation row: n is 1). mmv3's host gives m0 and m1
+// even, so a warp's two rows are rows of one weight. (gate_up_fast1 two rows a warp, 145
+// registers a thread for Q4_K, cost Llama-1B 7% and the 8B 14% of tg128: session 24d.)
 #define FAST_TWO_ROWS(TY)                                                                       \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_fast2r_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,   \
@@ -3150,16 +3128,7 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W, const u8*
         GRID_LAUNCH();                                                                          \
         int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                     \
         if (r0 >= m) return; /* a whole warp leaves together */                                 \
-        fast_rows_nr<TY, 2, false>(W, nullptr, xq, xd, y, nullptr, nullptr, k, m, r0, 0, 0.0);  \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(128)                                           \
-        gate_up_fast2r_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                  \
-                            const Q8Blk* xd, float* g, float* u, float* a, int n, int k, int m, \
-                            int act, double c) {                                                \
-        GRID_LAUNCH();                                                                          \
-        int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                     \
-        if (r0 >= m) return;                                                                    \
-        fast_rows_nr<TY, 2, true>(Wg, Wu, xq, xd, g, u, a, k, m, r0, act, c);                   \
+        fast_rows_nr<TY, 2>(W, xq, xd, y, k, m, r0);                                            \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv3_fast2r_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,       \
@@ -3167,15 +3136,9 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W, const u8*
                          int m0, int m1, int m2) {                                              \
         GRID_LAUNCH();                                                                          \
         int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                      \
-        if (r < m0)                                                                             \
-            fast_rows_nr<TY, 2, false>(W0, nullptr, xq, xd, y0, nullptr, nullptr, k, m0, r, 0,  \
-                                       0.0);                                                    \
-        else if (r < m0 + m1)                                                                   \
-            fast_rows_nr<TY, 2, false>(W1, nullptr, xq, xd, y1, nullptr, nullptr, k, m1,        \
-                                       r - m0, 0, 0.0);                                         \
-        else if (r < m0 + m1 + m2)                                                              \
-            fast_rows_nr<TY, 2, false>(W2, nullptr, xq, xd, y2, nullptr, nullptr, k, m2,        \
-                                       r - m0 - m1, 0, 0.0);                                    \
+        if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);                              \
+        else if (r < m0 + m1) fast_rows_nr<TY, 2>(W1, xq, xd, y1, k, m1, r - m0);               \
+        else if (r < m0 + m1 + m2) fast_rows_nr<TY, 2>(W2, xq, xd, y2, k, m2, r - m0 - m1);     \
     }
 
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the

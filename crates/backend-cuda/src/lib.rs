@@ -309,8 +309,8 @@ struct Kernels {
 struct FastPair {
     tiles: CudaFunction,
     one_row: CudaFunction,
-    /// One row against two weight rows a warp (`mmv_fast2r`, mat-vecs only; see
-    /// `plan::fast_two_rows`).
+    /// One row against two weight rows a warp (`mmv_fast2r`, `mmv3_fast2r`; see
+    /// `plan::fast_two_rows`). None for gate/up.
     two_rows: Option<CudaFunction>,
 }
 
@@ -882,7 +882,7 @@ impl CudaBackend {
                 Ok(p)
             };
             fast_mm.push((id as i32, two("mmv")?));
-            fast_gu.push((id as i32, two("gate_up")?));
+            fast_gu.push((id as i32, pair("gate_up")?));
             fast_mm3.push((id as i32, two("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
             norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
@@ -2714,17 +2714,10 @@ impl CudaBackend {
                 unreachable!("quantize_q8 allocates it")
             };
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
-            let two = f.two_rows.as_ref().filter(|_| {
-                two_rows_gate_up_knob()
-                    && plan::fast_two_rows(gate.desc.id, n, k, m, two_rows_knob())
-            });
-            let (gx, gy) = match two {
-                Some(_) => (plan::fast_two_rows_grid(m), 1),
-                None => plan::fast_grid(n, m),
-            };
+            let (gx, gy) = plan::fast_grid(n, m);
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let (ai, c) = act_args(act);
-            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
+            let mut b = self.stream.launch_builder(f.for_rows(n));
             b.arg(&gate.data)
                 .arg(&up.data)
                 .arg(&qv)
@@ -4580,18 +4573,12 @@ fn two_rows_knob() -> Option<usize> {
     })
 }
 
-/// Whether one-row q/k/v (`LOCKSTEP_CUDA_TWO_ROWS_QKV`) and gate/up
-/// (`LOCKSTEP_CUDA_TWO_ROWS_GU`) launches run two rows a warp where `plan::fast_two_rows` says
-/// (`=0`: a warp a row, the same values bitwise), for comparisons. Read once.
+/// Whether one-row q/k/v launches (`matmul_fast_multi`) run two rows a warp where
+/// `plan::fast_two_rows` says; `LOCKSTEP_CUDA_TWO_ROWS_QKV=0`: a warp a row (the same values
+/// bitwise), for comparisons. Read once.
 fn two_rows_qkv_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_TWO_ROWS_QKV").map_or(true, |v| v != "0"))
-}
-
-/// See [`two_rows_qkv_knob`].
-fn two_rows_gate_up_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_TWO_ROWS_GU").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row fused gate/ups may quantize their activation for the down projection

@@ -1019,7 +1019,7 @@ mod tests {
             let decl = &src[at..at + 120];
             assert!(decl.contains(&format!("E = {e};")), "{ty}: {decl}");
             assert!(src.contains(&format!("FAST_TWO_ROWS({id})")), "{ty}");
-            for op in ["mmv", "gate_up", "mmv3"] {
+            for op in ["mmv", "mmv3"] {
                 assert!(src.contains(&format!("{op}_fast2r_##TY(")), "{op}");
             }
         }

@@ -1923,7 +1923,7 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
                 act,
             );
         }
-        // One row against many gate/up rows (cuda: two rows a warp, as the mat-vecs above).
+        // One row against many gate/up rows.
         h.gate_up_case(ty, 1, short, 2051, Activation::Silu);
     }
     for tys in [
