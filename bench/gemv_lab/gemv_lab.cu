@@ -12,15 +12,7 @@
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
 #include "../../crates/backend-cuda/src/kernels.cu"
-#include <cuda_runtime.h>
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <vector>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#include "lab_common.cuh"
 
 // U units loaded before their dots, the dots in the one-unit order (bitwise the real kernel's
 // result). The wait sits in the loop behind a flag, which keeps the first loads above it.
@@ -76,68 +68,9 @@ __global__ void __launch_bounds__(THREADS) lab_mmv(const u8* W, const u8* W2, co
     lab_row<TY, U, PAIR>(W, W2, xq, xd, y, y2, k, m, r);
 }
 
-// The ceiling: every byte of the pool slice read once, 16 bytes a load, four in flight.
-__global__ void __launch_bounds__(256) stream_read(const uint4* p, size_t n, float* out) {
-    GRID_ENTER();
-    u32 acc = 0;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, s = (size_t)gridDim.x * blockDim.x;
-    for (; i + 3 * s < n; i += 4 * s) {
-        uint4 a = p[i], b = p[i + s], c = p[i + 2 * s], d = p[i + 3 * s];
-        acc ^= a.x ^ a.w ^ b.y ^ b.z ^ c.x ^ c.w ^ d.y ^ d.z;
-    }
-    for (; i < n; i += s) acc ^= p[i].x;
-    if (acc == 0x12345678u) out[0] = 1.0f;
-}
-
 static size_t row_bytes(int ty, int k) { return ty == T_Q4_K ? (size_t)k / 256 * 144 : (size_t)k / 256 * 210; }
 
 struct Pool { u8* p; size_t bytes; };
-
-// A graph of `reps` launches, launch(i) enqueueing the i-th; returns the median replay's us a launch.
-static float time_graph(int reps, std::function<void(cudaStream_t, int, bool)> launch) {
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    for (int i = 0; i < 3; i++) launch(s, i, false);  // warm-up, modules loaded
-    CK(cudaStreamSynchronize(s));
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < reps; i++) launch(s, i, true);
-    CK(cudaStreamEndCapture(s, &g));
-    cudaGraphExec_t e;
-    CK(cudaGraphInstantiate(&e, g, 0));
-    cudaEvent_t t0, t1;
-    cudaEventCreate(&t0);
-    cudaEventCreate(&t1);
-    std::vector<float> ms;
-    for (int r = 0; r < 8; r++) {
-        cudaEventRecord(t0, s);
-        CK(cudaGraphLaunch(e, s));
-        cudaEventRecord(t1, s);
-        CK(cudaEventSynchronize(t1));
-        float x;
-        cudaEventElapsedTime(&x, t0, t1);
-        if (r > 0) ms.push_back(x);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaGraphExecDestroy(e);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(s);
-    return ms[ms.size() / 2] * 1000.0f / reps;
-}
-
-template <typename K, typename... A>
-static void launch_pdl(cudaStream_t s, bool pdl, K kern, dim3 grid, dim3 block, A... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.stream = s;
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
-    CK(cudaLaunchKernelEx(&cfg, kern, args...));
-}
 
 int main(int argc, char** argv) {
     const int REPS = 40;
