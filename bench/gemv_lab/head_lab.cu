@@ -92,27 +92,11 @@ int main() {
     size_t pool_bytes = (size_t)4 << 30;
     u8* pool;
     CK(cudaMalloc(&pool, pool_bytes + 4096));
-    {
-        std::vector<u8> h(64 << 20);
-        u32 x = 12345;
-        for (size_t i = 0; i < h.size(); i++) { x = x * 1664525u + 1013904223u; h[i] = (u8)(x >> 24); }
-        for (size_t i = 1; i < h.size(); i += 2) h[i] = h[i] % 0x3B;
-        for (size_t o = 0; o < pool_bytes; o += h.size()) CK(cudaMemcpy(pool + o, h.data(), std::min(h.size(), pool_bytes - o), cudaMemcpyHostToDevice));
-    }
+    fill_weights(pool, pool_bytes);
     int kmax = 640;
     signed char* xq;
     Q8Blk* xd;
-    CK(cudaMalloc(&xq, kmax));
-    CK(cudaMalloc(&xd, kmax / 32 * sizeof(Q8Blk)));
-    {
-        std::vector<signed char> q(kmax);
-        std::vector<Q8Blk> d(kmax / 32);
-        u32 x = 777;
-        for (auto& v : q) { x = x * 1664525u + 1013904223u; v = (signed char)(x >> 24); }
-        for (int b = 0; b < kmax / 32; b++) { int s = 0; for (int i = 0; i < 32; i++) s += q[b * 32 + i]; d[b] = {0.01f + 0.001f * (b % 7), s}; }
-        CK(cudaMemcpy(xq, q.data(), q.size(), cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(xd, d.data(), d.size() * sizeof(Q8Blk), cudaMemcpyHostToDevice));
-    }
+    quantized_activation(kmax, &xq, &xd);
     int mmax = 262144;
     float *y, *yr;
     CK(cudaMalloc(&y, mmax * 4));

@@ -68,3 +68,27 @@ static void launch_pdl(cudaStream_t s, bool pdl, K kern, dim3 grid, dim3 block, 
     cfg.numAttrs = pdl ? 1 : 0;
     CK(cudaLaunchKernelEx(&cfg, kern, args...));
 }
+
+// Random bytes over a weight pool, with every f16 that could be a scale small and finite: every
+// pair of bytes is a finite half (high byte 0x00..0x3B).
+static void fill_weights(u8* p, size_t bytes) {
+    std::vector<u8> h(64 << 20);
+    u32 x = 12345;
+    for (size_t i = 0; i < h.size(); i++) { x = x * 1664525u + 1013904223u; h[i] = (u8)(x >> 24); }
+    for (size_t i = 1; i < h.size(); i += 2) h[i] = h[i] % 0x3B;
+    for (size_t o = 0; o < bytes; o += h.size()) CK(cudaMemcpy(p + o, h.data(), std::min(h.size(), bytes - o), cudaMemcpyHostToDevice));
+}
+
+// One quantized activation row of kmax values (random int8, small block scales, the blocks'
+// sums) on the device.
+static void quantized_activation(int kmax, signed char** xq, Q8Blk** xd) {
+    CK(cudaMalloc(xq, kmax));
+    CK(cudaMalloc(xd, kmax / 32 * sizeof(Q8Blk)));
+    std::vector<signed char> q(kmax);
+    std::vector<Q8Blk> d(kmax / 32);
+    u32 x = 777;
+    for (auto& v : q) { x = x * 1664525u + 1013904223u; v = (signed char)(x >> 24); }
+    for (int b = 0; b < kmax / 32; b++) { int s = 0; for (int i = 0; i < 32; i++) s += q[b * 32 + i]; d[b] = {0.01f + 0.001f * (b % 7), s}; }
+    CK(cudaMemcpy(*xq, q.data(), q.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(*xd, d.data(), d.size() * sizeof(Q8Blk), cudaMemcpyHostToDevice));
+}
