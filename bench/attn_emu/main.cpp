@@ -1,13 +1,7 @@
 #include <cstring>
 // The CPU emulation harness of the attention kernels (bench/attn_emu/run.sh builds and runs it).
 #include "shim.h"
-thread_local dim3u threadIdx, blockIdx;
-dim3u blockDim, gridDim;
-std::barrier<>* g_bar;
-std::vector<std::unique_ptr<std::barrier<>>> g_warp_bar;
-std::vector<double> g_shfl;
-unsigned char* g_dyn_smem;
-std::vector<float> g_mma;
+#include "globals.h"
 #include "kern.inc"
 #include "run.h"
 #include <cstdio>

@@ -14,28 +14,10 @@
 //! kernel's, outputs within (2 max_ds + (2 spread + 2 n + 12) u) sum p|v| of its f64 ones),
 //! and their fused quantization to the q8 rule.
 
+mod common;
+
+use common::gxx_or_skip;
 use std::process::Command;
-
-fn gxx_present() -> bool {
-    Command::new("g++")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Whether g++ is here to compile the emulation; without it the test says it skipped, and fails
-/// where `LOCKSTEP_REQUIRE_GXX` demands it (CI).
-fn gxx_or_skip() -> bool {
-    if gxx_present() {
-        return true;
-    }
-    eprintln!("SKIPPED: no g++ to compile the kernels' CPU emulation");
-    assert!(
-        std::env::var_os("LOCKSTEP_REQUIRE_GXX").is_none(),
-        "LOCKSTEP_REQUIRE_GXX is set but g++ is missing"
-    );
-    false
-}
 
 fn emulate(cases: &str, seed: &str, perturb: bool, head_dim: Option<&str>) -> (bool, String) {
     emulate_with(cases, seed, perturb, head_dim, false)

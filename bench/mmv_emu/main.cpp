@@ -1,0 +1,114 @@
+// The CPU emulation harness of the one-row fast mat-vecs (bench/mmv_emu/run.sh builds and runs
+// it): two weight rows a warp against a warp a row, bitwise, for every type with a fast kernel.
+#include <cstring>
+#include "shim.h"
+#include "globals.h"
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+struct int4 { int x, y, z, w; };
+struct uint4 { unsigned x, y, z, w; };
+using std::tanh;
+// The device intrinsics the fast kernels use, as the PTX defines them.
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
+    unsigned long long v = ((unsigned long long)hi << 32) | lo;
+    return (unsigned)(v >> (sh & 31));
+}
+inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; i++) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
+    return r;
+}
+// cvt.f32.f16: exact.
+inline float h2f(u16 h) {
+    unsigned s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? std::ldexp((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp((float)(m | 1024), (int)e - 25);
+    return s ? -v : v;
+}
+inline u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
+inline float ldh(const u8* p) { return h2f(ld16(p)); }
+#include "kern.inc"
+#include "run.h"
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+// A random weight matrix of m rows of k values of type TY: random bytes, every f16 that could be
+// a scale made small and finite (every second byte's high bits cleared).
+template <int TY>
+static std::vector<u8> weights(std::mt19937& rng, int k, int m) {
+    size_t row = (size_t)(k / block_elems(TY)) * block_bytes(TY);
+    std::vector<u8> w(row * m + 16);
+    for (auto& b : w) b = (u8)rng();
+    for (size_t i = 1; i < w.size(); i += 2) w[i] %= 0x3B;
+    return w;
+}
+
+template <int TY>
+static int run_type(const char* name, std::mt19937& rng, bool perturb) {
+    int fails = 0;
+    // Rows of fewer than 32 units, exactly 32, more (two and a half passes); an odd row count
+    // (the last warp holds one row) and an even one.
+    int ks32[] = {576, 640, 1024, 2560}, ks256[] = {512, 2048, 4352};
+    std::vector<int> ks = block_elems(TY) == 256 ? std::vector<int>(ks256, ks256 + 3) : std::vector<int>(ks32, ks32 + 4);
+    for (int k : ks) {
+        for (int m : {13, 24}) {
+            auto w = weights<TY>(rng, k, m);
+            std::vector<signed char> xq(k);
+            std::vector<Q8Blk> xd(k / 32);
+            for (auto& v : xq) v = (signed char)(rng() % 255 - 127);
+            for (int b = 0; b < k / 32; b++) {
+                int s = 0;
+                for (int i = 0; i < 32; i++) s += xq[b * 32 + i];
+                xd[b] = Q8Blk{0.001f * (float)(1 + rng() % 50), s};
+            }
+            std::vector<float> one(m, NAN), two(m, NAN);
+            // mmv_fast1: a warp a row, four warps a block.
+            launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+                int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+                if (r < m)
+                    fast_rows<TY, 1, false, true>(w.data(), nullptr, xq.data(), xd.data(), one.data(),
+                                                  nullptr, nullptr, 0, k, m, r, 0, 0.0);
+            });
+            // mmv_fast2r: two rows a warp.
+            launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
+                int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
+                if (r0 < m) fast_rows_nr<TY, 2>(w.data(), xq.data(), xd.data(), two.data(), k, m, r0);
+            });
+            if (perturb) {
+                unsigned u; std::memcpy(&u, &two[m / 2], 4); u ^= 1; std::memcpy(&two[m / 2], &u, 4);
+            }
+            // Every row written and finite, and not all zero (the comparison means something).
+            int bad = 0, zero = 0;
+            for (int r = 0; r < m; r++) {
+                bad += std::memcmp(&one[r], &two[r], 4) != 0 || !std::isfinite(one[r]);
+                zero += one[r] == 0.0f;
+            }
+            bad += zero == m ? m : 0;
+            printf("%-5s k %5d m %3d: %s (%d rows differ)\n", name, k, m, bad ? "MISMATCH" : "bitwise", bad);
+            fails += bad != 0;
+        }
+    }
+    return fails;
+}
+
+int main(int argc, char** argv) {
+    std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
+    bool perturb = getenv("MMV_EMU_PERTURB") != nullptr;
+    int fails = 0;
+    fails += run_type<T_Q4_0>("Q4_0", rng, perturb);
+    fails += run_type<T_Q4_1>("Q4_1", rng, perturb);
+    fails += run_type<T_Q5_0>("Q5_0", rng, perturb);
+    fails += run_type<T_Q5_1>("Q5_1", rng, perturb);
+    fails += run_type<T_Q8_0>("Q8_0", rng, perturb);
+    fails += run_type<T_Q4_K>("Q4_K", rng, perturb);
+    fails += run_type<T_Q5_K>("Q5_K", rng, perturb);
+    fails += run_type<T_Q6_K>("Q6_K", rng, perturb);
+    printf(fails ? "FAIL: %d shapes differ\n" : "PASS: %d shapes differ\n", fails);
+    return fails ? 1 : 0;
+}

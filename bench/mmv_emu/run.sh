@@ -1,0 +1,24 @@
+#!/bin/bash
+# CPU emulation of the one-row fast mat-vecs (no GPU needed): kernels.cu's FAST NUMERICS section
+# as it is (weight units, fast_rows, fast_rows_nr) compiled as C++ with bench/attn_emu's shim
+# (one std::thread per CUDA thread, per-warp barriers for the shuffles), run for every type with
+# a fast kernel on random weights and activations: two weight rows a warp (fast_rows_nr: the
+# mmv_fast2r / mmv3_fast2r kernels' rows) against a warp a row (fast_rows, mmv_fast1's), bitwise.
+# Usage: bench/mmv_emu/run.sh [seed]; MMV_EMU_PERTURB=1 flips one output's last bit (the
+# harness must fail).
+set -e
+D=$(cd "$(dirname "$0")" && pwd)
+W=${TMPDIR:-/tmp}/mmv_emu.$$; mkdir -p $W
+trap 'rm -rf "$W"' EXIT
+python3 - "$D/../../crates/backend-cuda/src/kernels.cu" "$W/kern.inc" <<'PY'
+import sys
+s = open(sys.argv[1]).read()
+t0 = s.index("#define T_F32 0"); t1 = s.index("__device__ __forceinline__ float h2f(u16 h)")
+q0 = s.index("struct Q8Blk {"); q1 = s.index("__constant__ signed char KVALUES_IQ4NL")
+b0 = s.index("// Elements and bytes per block of each type"); b1 = s.index("template <int TY>\n__device__ __forceinline__ float deq_t")
+f0 = s.index("// Bits 0..3 of v to bit 4 of bytes 0..3"); f1 = s.index("// END FAST NUMERICS")
+k = s[t0:t1] + s[q0:q1] + s[b0:b1] + s[f0:f1]
+open(sys.argv[2], 'w').write(k)
+PY
+g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu $D/main.cpp -o $W/emu
+$W/emu ${1:-1}
