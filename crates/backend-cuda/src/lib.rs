@@ -315,6 +315,25 @@ struct FastPair {
 }
 
 impl FastPair {
+    /// The kernel and grid for `n` activation rows against `m` weight rows of `k` values of
+    /// type `id`: two rows a warp where `plan::fast_two_rows` says and the caller `allow`s,
+    /// else [`FastPair::for_rows`]'s.
+    fn launch_for(
+        &self,
+        id: i32,
+        (n, k, m): (usize, usize, usize),
+        allow: bool,
+    ) -> (&CudaFunction, (u32, u32)) {
+        let two = self
+            .two_rows
+            .as_ref()
+            .filter(|_| allow && plan::fast_two_rows(id, n, k, m, two_rows_knob()));
+        match two {
+            Some(f) => (f, (plan::fast_two_rows_grid(m), 1)),
+            None => (self.for_rows(n), plan::fast_grid(n, m)),
+        }
+    }
+
     fn for_rows(&self, n: usize) -> &CudaFunction {
         if n == 1 {
             &self.one_row
@@ -2500,19 +2519,12 @@ impl CudaBackend {
             };
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
             // Two rows a warp keeps a warp's rows in one weight: q's and k's row counts even.
-            let two = f.two_rows.as_ref().filter(|_| {
-                two_rows_qkv_knob()
-                    && m[0] % 2 == 0
-                    && m[1] % 2 == 0
-                    && plan::fast_two_rows(ws[0].desc.id, n, k, total, two_rows_knob())
-            });
-            let (gx, gy) = match two {
-                Some(_) => (plan::fast_two_rows_grid(total), 1),
-                None => plan::fast_grid(n, total),
-            };
+            let even = m[0] % 2 == 0 && m[1] % 2 == 0;
+            let (kernel, (gx, gy)) =
+                f.launch_for(ws[0].desc.id, (n, k, total), even && two_rows_qkv_knob());
             let (ni, ki) = (n as i32, k as i32);
             let null = 0u64;
-            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
+            let mut b = self.stream.launch_builder(kernel);
             for i in 0..3 {
                 match ws.get(i) {
                     Some(w) => b.arg(&w.data),
@@ -2557,15 +2569,8 @@ impl CudaBackend {
         let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
         let (ni, ki, mi) = (n as i32, k as i32, m as i32);
         if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
-            let two = f
-                .two_rows
-                .as_ref()
-                .filter(|_| plan::fast_two_rows(w.desc.id, n, k, m, two_rows_knob()));
-            let (gx, gy) = match two {
-                Some(_) => (plan::fast_two_rows_grid(m), 1),
-                None => plan::fast_grid(n, m),
-            };
-            let mut b = self.stream.launch_builder(two.unwrap_or(f.for_rows(n)));
+            let (kernel, (gx, gy)) = f.launch_for(w.desc.id, (n, k, m), true);
+            let mut b = self.stream.launch_builder(kernel);
             b.arg(&w.data)
                 .arg(&qv)
                 .arg(&dv)
