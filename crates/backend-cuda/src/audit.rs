@@ -165,8 +165,12 @@ pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
 }
 
 /// `ld.global...` or a generic `ld.<type>`; not `ld.param`, `ld.shared`, `ld.local`,
-/// `ld.const`.
+/// `ld.const`. Also `cp.async...global` (a copy from global to shared memory: a read of
+/// global memory, like a load).
 fn ptx_reads_memory(op: &str) -> bool {
+    if op.starts_with("cp.async.") && op.contains(".global") {
+        return true;
+    }
     let Some(rest) = op.strip_prefix("ld.") else {
         return false;
     };
@@ -188,9 +192,9 @@ fn ptx_writes_memory(op: &str) -> bool {
         .any(|s| rest.starts_with(s))
 }
 
-/// Per function of `nvdisasm -c` output: its `LDG` (global) and `LD` (generic) loads, and
-/// its `STG`/`ST`/`REDG`/`RED`/`ATOMG`/`ATOM` writes, that can run before an `ACQBULK` (the
-/// wait's SASS).
+/// Per function of `nvdisasm -c` output: its `LDG` (global), `LD` (generic) and `LDGSTS`
+/// (global to shared, `cp.async`) loads, and its `STG`/`ST`/`REDG`/`RED`/`ATOMG`/`ATOM`
+/// writes, that can run before an `ACQBULK` (the wait's SASS).
 pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
     let mut funcs: BTreeMap<String, Vec<Ins>> = BTreeMap::new();
     let mut current: Option<String> = None;
@@ -226,7 +230,7 @@ pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
         let base = op.split('.').next().unwrap_or("");
         code.push(match base {
             "ACQBULK" if !cond => Ins::Wait,
-            "LDG" | "LD" => Ins::Load,
+            "LDG" | "LD" | "LDGSTS" => Ins::Load,
             "STG" | "ST" | "REDG" | "RED" | "ATOMG" | "ATOM" => Ins::Store,
             "BRA" => {
                 // BRA `(.L_x_7912) ;
@@ -326,6 +330,21 @@ mod tests {
         // ptxas sank three of the early loads below the wait: allowed.
         assert_eq!(s[k], pw(8, 0, true));
         assert!(hoisted_over_wait(&p, &s).is_empty());
+    }
+
+    #[test]
+    fn counts_copies_to_shared_memory_as_loads() {
+        // `cp.async` (SASS `LDGSTS`) reads global memory: a copy ptxas moved above the wait
+        // reads what the kernel before may still be writing, as a load would.
+        let ptx = ".visible .entry c(\n)\n{\n\tcp.async.cg.shared.global [%r1], [%rd1], 16;\n\tcp.async.commit_group;\n\tgriddepcontrol.wait;\n\t@%p1 cp.async.cg.shared.global [%r2], [%rd2], 16;\n\tcp.async.wait_group 0;\n}\n";
+        assert_eq!(ptx_pre_wait(ptx)["c"], pw(1, 0, true));
+        let sass = "c:\n        /*0000*/   LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;\n        /*0010*/   LDGDEPBAR ;\n        /*0020*/   @P0 LDGSTS.E.BYPASS.128 [R3], desc[UR4][R4.64] ;\n        /*0030*/   ACQBULK ;\n        /*0040*/   DEPBAR.LE SB0, 0x0 ;\n";
+        let s = sass_pre_wait(sass);
+        assert_eq!(s["c"], pw(2, 0, true));
+        assert_eq!(
+            hoisted_over_wait(&ptx_pre_wait(ptx), &s),
+            ["c: 2 loads before the grid wait in the SASS, 1 in the PTX".to_string()]
+        );
     }
 
     #[test]

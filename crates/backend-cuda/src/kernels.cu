@@ -462,7 +462,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+// The "memory" clobber: the compiler must not move a shared memory read of the copied data
+// above the wait (the callers' barriers after it order it today; this does not rely on them).
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // y[i, r] = dot(x[i, :], W[r, :]) for x [n, k] f32 and W [m, k] quantized.
 // Eight lanes per weight row: lane l holds the reference's partial sum l (elements 8c + l),

@@ -2152,10 +2152,21 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
     }
     // Decode steps over short contexts, up to the longest short one (127 keys; cuda: the short
     // decode attention, one block per row and KV head): Llama-8B's head layout with a window and
-    // a mask over three sequences, a group of 8 query heads, Gemma-3's layout. Last too.
+    // a mask over three sequences, a group of 8 query heads, Gemma-3's layout, and Gemma-3's
+    // layout over 34 sequences (a server's batched decode step: cuda's one-head blocks, 136 of
+    // them, more than an H100 or H200 has SMs, with every context length up to 127). Last too.
     {
         let kv_f16 = kv_cache_f16(arith, name);
-        let cases: [AttnCase<'static>; 3] = [
+        const MANY: [(u32, usize); 34] = {
+            let mut s = [(0u32, 1usize); 34];
+            let mut i = 0;
+            while i < 34 {
+                s[i].0 = (i as u32 * 37) % 127;
+                i += 1;
+            }
+            s
+        };
+        let cases: [AttnCase<'static>; 4] = [
             AttnCase {
                 label: "GQA short decode, 3 seqs, window, mask",
                 n_heads: 32,
@@ -2181,6 +2192,15 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
                 head_dim: 256,
                 window: Some(64),
                 seqs: &[(100, 1), (20, 1)],
+                masked: false,
+            },
+            AttnCase {
+                label: "MQA short decode, 34 seqs",
+                n_heads: 4,
+                n_kv_heads: 1,
+                head_dim: 256,
+                window: None,
+                seqs: &MANY,
                 masked: false,
             },
         ];
