@@ -3546,10 +3546,13 @@ impl Backend for CudaBackend {
             NormThen::GateUp { gate, up, act } => {
                 let m = gate.rows;
                 // Blocks of 32 rows that also quantize the activation for the down projection
-                // where they fit one wave, as `gate_up_act` decides; only for the 32-value
+                // (where they fit one wave, as `gate_up_act` decides; only for the 32-value
                 // block types, whose first weight units fit the registers of such a block, and
-                // after a single norm (`plan::norm_fused_gate_up_quantizes`).
+                // after a single norm: `plan::norm_fused_gate_up_quantizes`) only when
+                // `LOCKSTEP_CUDA_NORM_GATE_UP_Q8=1` asks: on the H200 the 8-row blocks and the
+                // separate quantizer are faster (`norm_gate_up_q8_knob`).
                 let quantizes = gate_up_q8_knob()
+                    && norm_gate_up_q8_knob()
                     && plan::norm_fused_gate_up_quantizes(
                         m,
                         self.k.n_sms,
@@ -4592,6 +4595,18 @@ fn two_rows_qkv_knob() -> bool {
 fn gate_up_q8_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
+}
+
+/// Whether a norm-fused gate/up may take the 32-row blocks that also quantize the activation
+/// for the down projection (`norm_gate_up_q8_fast1`, `plan::norm_fused_gate_up_quantizes`):
+/// only with `LOCKSTEP_CUDA_NORM_GATE_UP_Q8=1`. By default it runs `norm_gate_up_fast1`'s
+/// 8-row blocks and then `quantize_q8_32` (the same values bitwise). That pair was the
+/// slower one on the H100 (session 15: SmolLM2 1601 against 1623 tok/s). On the H200 it is
+/// the faster, in six rounds over two calls: SmolLM2 Q4_1 +1.6% to +4.0% tg128, a Q8_0
+/// SmolLM2 +4.7% to +5.3% (BENCHMARKS.md, session 25). Read once.
+fn norm_gate_up_q8_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_GATE_UP_Q8").is_ok_and(|v| v == "1"))
 }
 
 /// Whether a one-row residual_norm spreads over several blocks (`plan::residual_parts`);

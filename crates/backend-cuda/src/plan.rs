@@ -197,9 +197,10 @@ pub fn norm_gate_up_quantizes(id: i32) -> bool {
     .any(|t| t.id() as i32 == id)
 }
 
-/// Whether a one-row norm-fused gate/up of `m` rows of type `id` runs the 32-row quantizing
-/// blocks (`norm_gate_up_q8_fast1`): where `gate_up_quantizes` and `norm_gate_up_quantizes`
-/// allow, and only after a single norm. Each block runs the whole norm prologue before its rows;
+/// Whether a one-row norm-fused gate/up of `m` rows of type `id` may run the 32-row quantizing
+/// blocks (`norm_gate_up_q8_fast1`; the host runs them only when `LOCKSTEP_CUDA_NORM_GATE_UP_Q8=1`
+/// asks, since on the H200 the 8-row blocks and the separate quantizer are faster, session 25):
+/// where `gate_up_quantizes` and `norm_gate_up_quantizes` allow, and only after a single norm. Each block runs the whole norm prologue before its rows;
 /// with a post norm too (Gemma-3's sandwich norms) that prologue is twice as long, and 64
 /// such blocks of 1024 threads, one an SM, cost more than the 8-row blocks and the separate
 /// quantizer: Gemma-3 1406 tok/s against 1492 (three rounds each, H100, BENCHMARKS.md
