@@ -39,10 +39,13 @@ use lockstep_graph::{
 pub mod audit;
 pub mod compile;
 mod graph_exec;
+mod knobs;
 pub mod plan;
 pub mod replay_clock;
 pub mod steps;
 pub mod timeline;
+
+use knobs::*;
 
 use steps::{Capacity, HostInput, InputKind};
 
@@ -805,27 +808,8 @@ impl CudaBackend {
         if timeline_file.is_some() {
             options.push("-DLOCKSTEP_TIMELINE");
         }
-        // The norms letting the next kernel launch at their entry (the kernels before session
-        // 19; kernels.cu, NORM_ENTER), for comparisons.
-        if std::env::var("LOCKSTEP_CUDA_LAUNCH_AT_ENTRY").is_ok_and(|v| v == "1") {
-            options.push("-DLOCKSTEP_LAUNCH_AT_ENTRY");
-        }
-        // The activation quantization's reductions by shuffles (the kernels before session 19;
-        // kernels.cu, q8_block), for comparisons.
-        if std::env::var("LOCKSTEP_CUDA_Q8_SHUFFLE").is_ok_and(|v| v == "1") {
-            options.push("-DLOCKSTEP_Q8_SHUFFLE");
-        }
-        // quantize_q8_32 and the short decode attention letting the next kernel launch at
-        // their grid wait (the kernels before session 20; kernels.cu, LATE_LAUNCH), for
-        // comparisons.
-        if std::env::var("LOCKSTEP_CUDA_LATE_LAUNCH").is_ok_and(|v| v == "0") {
-            options.push("-DLOCKSTEP_EARLY_LAUNCH");
-        }
-        // The fast kernels' weights loaded with the default L2 policy instead of evict-first
-        // (the kernels before session 22; kernels.cu, ldw16), for comparisons.
-        if std::env::var("LOCKSTEP_CUDA_EVICT_FIRST").is_ok_and(|v| v == "0") {
-            options.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
-        }
+        // Earlier sessions' kernel variants, for comparisons (knobs.rs).
+        options.extend(knobs::kernel_defines());
         // Experiments' switches (`LOCKSTEP_CUDA_DEFINES="A B"`: -DA -DB), for comparisons of
         // kernel variants within one build; part of the cache key like every option.
         let extra: Vec<String> = std::env::var("LOCKSTEP_CUDA_DEFINES")
@@ -4536,111 +4520,6 @@ fn flash_kernels(k64: CudaFunction, k128: CudaFunction) -> Option<(CudaFunction,
     ok.then_some((k64, k128))
 }
 
-/// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by
-/// `plan::flash_geometry`).
-fn flash_warps_knob() -> usize {
-    static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *W.get_or_init(|| {
-        std::env::var("LOCKSTEP_CUDA_FLASH_WARPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// Whether the attention kernels quantize their output for the next matmul
-/// (`LOCKSTEP_CUDA_ATTN_Q8=0`: a separate `quantize_q8_32` launch does; the same values
-/// bitwise, a comparison knob).
-fn attention_quantizes() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_Q8").map_or(true, |v| v != "0"))
-}
-
-/// The fewest keys a span of the split-key attention gets: [`plan::ATT_SPLIT_MIN_KEYS`], or
-/// `LOCKSTEP_CUDA_SPLIT_KEYS=N` (a tuning knob: it changes the spans, so the rounding).
-fn split_min_keys() -> usize {
-    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("LOCKSTEP_CUDA_SPLIT_KEYS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| (1..=1 << 20).contains(&n))
-            .unwrap_or(plan::ATT_SPLIT_MIN_KEYS)
-    })
-}
-
-/// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`; twice
-/// that for rows of more than 32 units): [`plan::TWO_ROWS_MIN`], `LOCKSTEP_CUDA_TWO_ROWS=N`
-/// (rows), or `=0` (never: every mat-vec a warp a row, the same values bitwise), for
-/// comparisons. Read once.
-fn two_rows_knob() -> Option<usize> {
-    static MIN: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| match std::env::var("LOCKSTEP_CUDA_TWO_ROWS") {
-        Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
-        Err(_) => Some(plan::TWO_ROWS_MIN),
-    })
-}
-
-/// Whether one-row q/k/v launches (`matmul_fast_multi`) run two rows a warp where
-/// `plan::fast_two_rows` says; `LOCKSTEP_CUDA_TWO_ROWS_QKV=0`: a warp a row (the same values
-/// bitwise), for comparisons. Read once.
-fn two_rows_qkv_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_TWO_ROWS_QKV").map_or(true, |v| v != "0"))
-}
-
-/// Whether one-row fused gate/ups may quantize their activation for the down projection
-/// (`plan::gate_up_quantizes`); `LOCKSTEP_CUDA_GATE_UP_Q8=0` runs the separate quantizer (the
-/// same values), for comparison. Read once.
-fn gate_up_q8_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_GATE_UP_Q8").map_or(true, |v| v != "0"))
-}
-
-/// Whether a norm-fused gate/up may take the 32-row blocks that also quantize the activation
-/// for the down projection (`norm_gate_up_q8_fast1`, `plan::norm_fused_gate_up_quantizes`):
-/// only with `LOCKSTEP_CUDA_NORM_GATE_UP_Q8=1`. By default it runs `norm_gate_up_fast1`'s
-/// 8-row blocks and then `quantize_q8_32` (the same values bitwise). That pair was the
-/// slower one on the H100 (session 15: SmolLM2 1601 against 1623 tok/s). On the H200 it is
-/// the faster, in six rounds over two calls: SmolLM2 Q4_1 +1.6% to +4.0% tg128, a Q8_0
-/// SmolLM2 +4.7% to +5.3% (BENCHMARKS.md, session 25). Read once.
-fn norm_gate_up_q8_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_GATE_UP_Q8").is_ok_and(|v| v == "1"))
-}
-
-/// Whether a one-row residual_norm spreads over several blocks (`plan::residual_parts`);
-/// `LOCKSTEP_CUDA_NORM_PARTS=0` keeps one block a row.
-fn norm_parts_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_PARTS").map_or(true, |v| v != "0"))
-}
-
-/// Whether one-row norm-fused q/k/v with v of another type run in one launch
-/// (`plan::MIXED_QKV`);
-/// `LOCKSTEP_CUDA_MIXED_QKV=0` runs v alone (the same values bitwise), for comparison. Read
-/// once.
-fn mixed_qkv_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV").map_or(true, |v| v != "0"))
-}
-
-/// Whether a decode attention block may serve fewer than its KV head's whole group of query
-/// heads (`plan::decode_attention_heads_per_block`); `LOCKSTEP_CUDA_ATTN_HEADS=group` keeps a
-/// block per KV head (the same values bitwise), for comparison. Read once.
-fn attention_head_split_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_HEADS").map_or(true, |v| v != "group"))
-}
-
-/// Whether a decode step's rope_store runs inside its short decode attention kernel
-/// (`Backend::rope_store_attention`); `LOCKSTEP_CUDA_ROPE_ATTN=0` runs the two kernels (the same
-/// values bitwise), for comparison. Read once.
-fn rope_attention_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ROPE_ATTN").map_or(true, |v| v != "0"))
-}
-
 /// An activation as the kernels take it: its code (kernels.cu `act`: 0 SiLU, 1 GELU tanh) and
 /// GELU's sqrt(2/pi), computed by the reference's host expression.
 fn act_args(act: Activation) -> (i32, f64) {
@@ -4649,40 +4528,6 @@ fn act_args(act: Activation) -> (i32, f64) {
         Activation::GeluTanh => 1,
     };
     (code, (2.0 / std::f64::consts::PI).sqrt())
-}
-
-/// Whether one-row `residual_norm_then` runs its norm inside the consumer's kernel
-/// (`plan::norm_fuses`); `LOCKSTEP_CUDA_NORM_FUSE=0` runs `residual_norm` then the consumer
-/// (the same values bitwise), for comparison. Read once.
-fn norm_fuse_knob() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_FUSE").map_or(true, |v| v != "0"))
-}
-
-/// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs
-/// the one block per (row, head) kernel (or the tiled ones) for every step instead of
-/// [`plan::use_row_attention`]'s choice (for comparison: both compute the same values
-/// bitwise); `unsplit` keeps decode steps off the split-key kernels
-/// ([`plan::use_split_attention`]), `split` runs them on every decode step they hold (not the
-/// short decode kernel, [`plan::use_decode_attention`]); `LOCKSTEP_CUDA_ATTN_TILE=N` sets the
-/// rows per tile (a power of two that fits, at most N) instead of `plan::attention_tile`'s
-/// choice.
-fn attention_knobs() -> (plan::AttnChoice, usize) {
-    static KNOBS: std::sync::OnceLock<(plan::AttnChoice, usize)> = std::sync::OnceLock::new();
-    *KNOBS.get_or_init(|| {
-        let choice = match std::env::var("LOCKSTEP_CUDA_ATTN").as_deref() {
-            Ok("row") => plan::AttnChoice::Row,
-            Ok("tile") => plan::AttnChoice::Tile,
-            Ok("split") => plan::AttnChoice::Split,
-            Ok("unsplit") => plan::AttnChoice::Unsplit,
-            _ => plan::AttnChoice::Auto,
-        };
-        let cap = std::env::var("LOCKSTEP_CUDA_ATTN_TILE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        (choice, cap)
-    })
 }
 
 #[cfg(test)]
