@@ -1,7 +1,7 @@
 //! The `LOCKSTEP_CUDA_*` environment variables: every choice the backend makes by measurement
 //! can be turned back to the other one, so that a later session on another card can time both
-//! in one call (as BENCHMARKS.md's session 25 did on the H200). Each is read
-//! once per process. Unless a line says otherwise, both sides give the same values, bitwise
+//! in one call (as BENCHMARKS.md's session 25 did on the H200). The run-time ones are read once
+//! per process; the kernel defines when a backend compiles its kernels. Unless a line says otherwise, both sides give the same values, bitwise
 //! (the tokens in the sessions' scripts say so too).
 //!
 //! | variable (`LOCKSTEP_CUDA_` + ) | default | the other choice |
