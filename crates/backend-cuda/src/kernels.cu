@@ -216,6 +216,24 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
     }
 }
 
+// The gated activation act(g) * u (act 0: SiLU, else GELU with tanh, c = sqrt(2 / pi)): every
+// kernel that applies it runs this, so fused and separate ops agree bitwise. In f64 (the exact
+// kernels, as the reference), or in f32 where the fast kernels are built (LOCKSTEP_FAST_F32,
+// see norm_regs_w): expf / tanhf (2 ulp), a division, products; within verify's act_bound.
+__device__ __forceinline__ float act_apply(float gv, float u, int act, double c) {
+#ifdef LOCKSTEP_FAST_F32
+    float f;
+    if (act == 0) f = gv / (1.0f + expf(-gv));
+    else f = 0.5f * gv * (1.0f + tanhf((float)c * (gv + 0.044715f * gv * gv * gv)));
+    return f * u;
+#else
+    double g = (double)gv, f;
+    if (act == 0) f = g / (1.0 + exp(-g));
+    else f = 0.5 * g * (1.0 + tanh(c * (g + 0.044715 * g * g * g)));
+    return (float)(f * (double)u);
+#endif
+}
+
 __constant__ signed char KVALUES_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                               1,    13,   25,  38,  53,  69,  89,  113};
 
@@ -599,10 +617,7 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
                 if (out && sel < 2) {
                     y[(size_t)xi * m + r] = v;
                     y2[(size_t)xi * m + r] = u;
-                    double g = (double)v, f;
-                    if (act == 0) f = g / (1.0 + exp(-g));
-                    else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
-                    y3[(size_t)xi * m + r] = (float)(f * (double)u);
+                    y3[(size_t)xi * m + r] = act_apply(v, u, act, cgelu);
                 }
             } else {
                 if (out) y[(size_t)xi * m + r] = v;
@@ -683,11 +698,7 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
                                    double c) { GRID_ENTER();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    double x = (double)g[i];
-    double f;
-    if (act == 0) f = x / (1.0 + exp(-x));
-    else f = 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x)));
-    out[i] = (float)(f * (double)u[i]);
+    out[i] = act_apply(g[i], u[i], act, c);
 }
 
 // RMS norm of groups of `g` values, one block per group, blockDim.x = plan::norm_threads(g) (a
@@ -700,15 +711,36 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
 // `nw` is the norm's warps: blockDim.x / 32, or fewer in a fused kernel whose larger block runs
 // a norm as the first nw warps of a block of plan::norm_threads(g) would (the other warps
 // contribute nothing, so the sum is bitwise that block's).
-__device__ __forceinline__ double block_sum_f64(double v, int nw) {
-    __shared__ double warp_part[32];
+// The norms' accumulator: f64 (the exact kernels, as the reference), or f32 where the fast
+// kernels are built (LOCKSTEP_FAST_F32: the sum of squares, its reduction and the scale
+// (rsqrtf, 2 ulp) in f32, within verify's norm_bound; a decode step's norms sit on its critical
+// path, and the f64 reduction and division cost SmolLM2 3-5% and Gemma-3 4-8% of tg128 on the
+// H200, BENCHMARKS.md session 26).
+#ifdef LOCKSTEP_FAST_F32
+typedef float norm_acc;
+__device__ __forceinline__ float norm_scale(float ss, int g, float eps) {
+    return rsqrtf(ss / (float)g + eps);
+}
+__device__ __forceinline__ float norm_apply(float v, float scale, float w) { return (v * scale) * w; }
+#else
+typedef double norm_acc;
+__device__ __forceinline__ double norm_scale(double ss, int g, float eps) {
+    return 1.0 / sqrt(ss / (double)g + (double)eps);
+}
+__device__ __forceinline__ float norm_apply(float v, double scale, float w) {
+    return (float)((double)v * scale) * w;
+}
+#endif
+
+__device__ __forceinline__ norm_acc block_sum_norm(norm_acc v, int nw) {
+    __shared__ norm_acc warp_part[32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();  // warp_part may still be read by an earlier call
     if (lane == 0) warp_part[w] = v;
     __syncthreads();
-    double t = lane < nw ? warp_part[lane] : 0.0;
+    norm_acc t = lane < nw ? warp_part[lane] : (norm_acc)0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t = t + __shfl_xor_sync(0xffffffffu, t, o);
     return t;
@@ -770,12 +802,12 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             int part, int parts) {
     int t = threadIdx.x;
     bool on = !FUSED || t < bd;
-    double ss = 0.0;
+    norm_acc ss = 0;
 #pragma unroll
     for (int i = 0; i < NV; i++)
-        if (on && t + i * bd < g) ss += (double)v[i] * (double)v[i];
-    ss = block_sum_f64(ss, bd >> 5);
-    double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
+        if (on && t + i * bd < g) ss += (norm_acc)v[i] * (norm_acc)v[i];
+    ss = block_sum_norm(ss, bd >> 5);
+    norm_acc scale = norm_scale(ss, g, eps);
     if (scale != scale) TL_MARK(0);  // never: keeps the mark below after the reduction
     TL_MARK(2);
     // With parts > 1 (residual_norm's blocks of one row, grid.y = parts) this block writes only
@@ -790,14 +822,14 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
         if (q != nullptr) {
             // Whole warps step together (bd and g are multiples of 32).
             if (i * bd + (t & ~31) >= g) break;
-            float o = (float)((double)v[i] * scale) * wv[i];
+            float o = norm_apply(v[i], scale, wv[i]);
             if (mine && (!FUSED || out != nullptr)) out[j] = o;
             r[i] = o;
             if (mine)
                 q8_block(o, q, ds, blk0 + (size_t)(j >> 5), FUSED ? q2 : nullptr,
                          FUSED ? ds2 : nullptr);
         } else if (j < g) {
-            float o = (float)((double)v[i] * scale) * wv[i];
+            float o = norm_apply(v[i], scale, wv[i]);
             if (mine && (!FUSED || out != nullptr)) out[j] = o;
             r[i] = o;
         }
@@ -818,19 +850,19 @@ __device__ __forceinline__ void norm_group(const float* __restrict__ x, const fl
         norm_regs(v, w, out, g, eps, q, ds, blk0, r, bd);
         return;
     }
-    double ss = 0.0;
-    for (int j = t; j < g; j += bd) ss += (double)x[j] * (double)x[j];
-    ss = block_sum_f64(ss, bd >> 5);
-    double scale = 1.0 / sqrt(ss / (double)g + (double)eps);
+    norm_acc ss = 0;
+    for (int j = t; j < g; j += bd) ss += (norm_acc)x[j] * (norm_acc)x[j];
+    ss = block_sum_norm(ss, bd >> 5);
+    norm_acc scale = norm_scale(ss, g, eps);
     for (int j0 = 0; j0 < g; j0 += bd) {
         int j = j0 + t;
         if (q != nullptr) {
             if (j0 + (t & ~31) >= g) break;
-            float o = (float)((double)x[j] * scale) * w[j];
+            float o = norm_apply(x[j], scale, w[j]);
             out[j] = o;
             q8_block(o, q, ds, blk0 + (size_t)(j >> 5));
         } else if (j < g) {
-            out[j] = (float)((double)x[j] * scale) * w[j];
+            out[j] = norm_apply(x[j], scale, w[j]);
         }
     }
 }
@@ -2959,11 +2991,8 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
         if constexpr (PAIR) {
             float uu = warp_sum_fixed(acc2[i]);
             if (ACT_OUT || lane == 0) {
-                // act_mul's operations (f64), so the fused output is bitwise the separate ops'.
-                double g = (double)v, f;
-                if (act == 0) f = g / (1.0 + exp(-g));
-                else f = 0.5 * g * (1.0 + tanh(cgelu * (g + 0.044715 * g * g * g)));
-                last = (float)(f * (double)uu);
+                // act_mul's operations, so the fused output is bitwise the separate ops'.
+                last = act_apply(v, uu, act, cgelu);
             }
             if (lane == 0) {
                 size_t o = (size_t)(t + i) * m + r;

@@ -22,6 +22,7 @@
 //! | `Q8_SHUFFLE=1` (kernel define) | `redux.sync` in the activation quantization | shuffles |
 //! | `LATE_LAUNCH=0` (kernel define) | the next kernel launched after the loads | at the grid wait |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
+//! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
 //! | `TOPK=host` | logits reduced on the device | on the host |
@@ -55,6 +56,14 @@ pub(crate) fn kernel_defines() -> Vec<&'static str> {
         d.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
     }
     d
+}
+
+/// Whether the fast kernels compute their norms (sum of squares, reduction, scale) and gated
+/// activations in f32 (`-DLOCKSTEP_FAST_F32`); `LOCKSTEP_CUDA_FAST_F64=1` keeps f64, the
+/// exact kernels' arithmetic (other rounding, within the same bounds), for comparison. Read
+/// when a backend compiles its kernels.
+pub(crate) fn fast_f32_knob() -> bool {
+    !std::env::var("LOCKSTEP_CUDA_FAST_F64").is_ok_and(|v| v == "1")
 }
 
 /// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by

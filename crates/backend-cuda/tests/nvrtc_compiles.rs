@@ -20,12 +20,20 @@ fn nvrtc_present() -> bool {
     false
 }
 
+/// The options of the `cuda` backend's default build: fast numerics' norms and activations in
+/// f32 (lib.rs; the exact kernels' f64 build is one of the comparison builds below).
+fn fast_options() -> Vec<&'static str> {
+    let mut o = compile::NVRTC_OPTIONS.to_vec();
+    o.push("-DLOCKSTEP_FAST_F32");
+    o
+}
+
 /// The sm_90 cubin and ptxas's register counts, compiled once for both tests (a minute on
 /// two cores).
 fn sm90() -> &'static (Vec<u8>, compile::KernelRegisters) {
     static CUBIN: OnceLock<(Vec<u8>, compile::KernelRegisters)> = OnceLock::new();
     CUBIN.get_or_init(|| {
-        compile::nvrtc_registers(KERNEL_SOURCE, "sm_90", compile::NVRTC_OPTIONS)
+        compile::nvrtc_registers(KERNEL_SOURCE, "sm_90", &fast_options())
             .unwrap_or_else(|log| panic!("NVRTC failed:\n{log}"))
     })
 }
@@ -34,7 +42,7 @@ fn sm90() -> &'static (Vec<u8>, compile::KernelRegisters) {
 fn plain_ptx() -> &'static String {
     static PTX: OnceLock<String> = OnceLock::new();
     PTX.get_or_init(|| {
-        compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", compile::NVRTC_OPTIONS)
+        compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &fast_options())
             .unwrap_or_else(|log| panic!("NVRTC (PTX) failed:\n{log}"))
     })
 }
@@ -182,7 +190,7 @@ fn the_timeline_build_compiles_with_its_records() {
     if !nvrtc_present() {
         return;
     }
-    let mut options = compile::NVRTC_OPTIONS.to_vec();
+    let mut options = fast_options();
     options.push("-DLOCKSTEP_TIMELINE");
     let ptx = compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &options)
         .unwrap_or_else(|log| panic!("NVRTC failed with LOCKSTEP_TIMELINE:\n{log}"));
@@ -210,11 +218,15 @@ fn the_comparison_builds_compile() {
         "-DLOCKSTEP_EARLY_LAUNCH",
         "-DLOCKSTEP_LAUNCH_AT_ENTRY",
     ]);
+    // Without LOCKSTEP_FAST_F32: also the exact kernels' build (and LOCKSTEP_CUDA_FAST_F64=1's),
+    // whose norms take the f64 square root the fast build replaced by rsqrt.approx.f32.
     let ptx = compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &options)
         .unwrap_or_else(|log| panic!("NVRTC failed with the comparison defines:\n{log}"));
     let evict = "createpolicy.fractional.L2::evict_first";
     assert!(!ptx.contains(evict) && !ptx.contains("L2::cache_hint"));
     let plain = plain_ptx();
+    assert!(ptx.contains("sqrt.rn.f64") && !ptx.contains("rsqrt.approx.f32"));
+    assert!(plain.contains("rsqrt.approx.f32"));
     assert!(
         plain.contains(evict),
         "the default build's PTX lacks {evict}"
