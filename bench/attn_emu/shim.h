@@ -20,6 +20,9 @@ inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
+// The fast build's norms (-DLOCKSTEP_FAST_F32) scale by rsqrtf: here a correctly rounded
+// 1 / sqrt, the same in the kernels compared with each other.
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int o) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     g_shfl[threadIdx.x] = (double)v;

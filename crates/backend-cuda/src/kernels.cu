@@ -3287,8 +3287,11 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         if (first && t < nt && t + i * nt < g) sum[t + i * nt] = av[i];
     }
     TL_MARK(1);
+    // Only block 0 writes the global quantization, its scales included (until session 26 every
+    // block wrote the same scales: the same values, but racing stores; no speed change either
+    // way, BENCHMARKS.md).
     norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
-                          first ? q : nullptr, ds);
+                          first ? q : nullptr, first ? ds : nullptr);
     TL_MARK(3);
 }
 

@@ -214,6 +214,30 @@ fn fused_rope_decode_is_bitwise_the_two_kernels() {
         assert!(!text.contains("rope: MISMATCH"), "heads of {hd}:\n{text}");
         all += &text;
     }
+    // The fast build's norms in f32 (-DLOCKSTEP_FAST_F32, the cuda backend's build): the two
+    // paths still run the same norm, so still bitwise (with norms for heads of 64, seed 3).
+    let mut fast = String::new();
+    for hd in ["64", "128"] {
+        let out = Command::new("bash")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../bench/attn_emu/run.sh"
+            ))
+            .args(["3", "3", "-DLOCKSTEP_FAST_F32"])
+            .env("HD", hd)
+            .env("ATTN_EMU_ROPE", "1")
+            .output()
+            .expect("bash runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "f32 norms, heads of {hd}:\n{text}");
+        assert!(
+            !text.contains("rope: MISMATCH"),
+            "f32 norms, heads of {hd}:\n{text}"
+        );
+        fast += &text;
+    }
+    assert!(fast.contains(" norms: bitwise"), "{fast}");
     // Heads with and without norms were covered.
     assert!(all.contains(" norms: bitwise"), "{all}");
     assert!(
