@@ -703,18 +703,15 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
 
 // RMS norm of groups of `g` values, one block per group, blockDim.x = plan::norm_threads(g) (a
 // function of g alone, so a group's result never depends on how many groups run): thread t
-// sums the squares (f64) of values t, t + blockDim.x, ... in that order, the warps' sums meet
-// in a fixed butterfly, then the warps' in a second; scale = 1 / sqrt(ss / g + eps) in f64; out
-// = (float)(x * scale) * w. Every norm kernel below runs this same code, so fused and separate
-// norms are bitwise equal.
+// sums the squares (norm_acc, below) of values t, t + blockDim.x, ... in that order, the warps'
+// sums meet in a fixed butterfly, then the warps' in a second; scale = norm_scale(ss, g, eps);
+// out = norm_apply(x, scale, w). Every norm kernel below runs this same code, so fused and
+// separate norms are bitwise equal.
 //
-// `nw` is the norm's warps: blockDim.x / 32, or fewer in a fused kernel whose larger block runs
-// a norm as the first nw warps of a block of plan::norm_threads(g) would (the other warps
-// contribute nothing, so the sum is bitwise that block's).
 // The norms' accumulator: f64 (the exact kernels, as the reference), or f32 where the fast
 // kernels are built (LOCKSTEP_FAST_F32: the sum of squares, its reduction and the scale
 // (rsqrtf, 2 ulp) in f32, within verify's norm_bound; a decode step's norms sit on its critical
-// path, and the f64 reduction and division cost SmolLM2 3-5% and Gemma-3 4-8% of tg128 on the
+// path: in f32 alone they gave SmolLM2 +2.6 to +5.1% and Gemma-3 +4.0 to +7.9% tg128 on the
 // H200, BENCHMARKS.md session 26).
 #ifdef LOCKSTEP_FAST_F32
 typedef float norm_acc;
@@ -732,6 +729,9 @@ __device__ __forceinline__ float norm_apply(float v, double scale, float w) {
 }
 #endif
 
+// `nw` is the norm's warps: blockDim.x / 32, or fewer in a fused kernel whose larger block runs
+// a norm as the first nw warps of a block of plan::norm_threads(g) would (the other warps
+// contribute nothing, so the sum is bitwise that block's).
 __device__ __forceinline__ norm_acc block_sum_norm(norm_acc v, int nw) {
     __shared__ norm_acc warp_part[32];
 #pragma unroll

@@ -33,11 +33,18 @@
 
 use crate::plan;
 
-/// The NVRTC defines that bring back earlier sessions' kernel variants (the table's "kernel
-/// define" rows); part of the kernel cache key like every option.
-pub(crate) fn kernel_defines() -> Vec<&'static str> {
+/// The NVRTC defines of a backend's build: the fast build's f32 norms and activations (`fast`:
+/// fast numerics; `FAST_F64=1` turns them off), and those that bring back earlier sessions'
+/// kernel variants (the table's "kernel define" rows); part of the kernel cache key like every
+/// option.
+pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     let on = |var: &str, value: &str| std::env::var(var).is_ok_and(|v| v == value);
     let mut d = Vec::new();
+    // Norms and gated activations in f32 (kernels.cu, norm_acc and act_apply); the exact
+    // kernels keep the reference's f64.
+    if fast && !on("LOCKSTEP_CUDA_FAST_F64", "1") {
+        d.push("-DLOCKSTEP_FAST_F32");
+    }
     // The norms letting the next kernel launch at their entry (kernels.cu, NORM_ENTER).
     if on("LOCKSTEP_CUDA_LAUNCH_AT_ENTRY", "1") {
         d.push("-DLOCKSTEP_LAUNCH_AT_ENTRY");
@@ -56,14 +63,6 @@ pub(crate) fn kernel_defines() -> Vec<&'static str> {
         d.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
     }
     d
-}
-
-/// Whether the fast kernels compute their norms (sum of squares, reduction, scale) and gated
-/// activations in f32 (`-DLOCKSTEP_FAST_F32`); `LOCKSTEP_CUDA_FAST_F64=1` keeps f64, the
-/// exact kernels' arithmetic (other rounding, within the same bounds), for comparison. Read
-/// when a backend compiles its kernels.
-pub(crate) fn fast_f32_knob() -> bool {
-    !std::env::var("LOCKSTEP_CUDA_FAST_F64").is_ok_and(|v| v == "1")
 }
 
 /// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by
@@ -203,4 +202,20 @@ pub(crate) fn attention_knobs() -> (plan::AttnChoice, usize) {
             .unwrap_or(0);
         (choice, cap)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_defines;
+
+    #[test]
+    fn only_the_fast_build_takes_the_f32_norms() {
+        // LOCKSTEP_CUDA_FAST_F64=1 in the environment turns it off: skip the claim then.
+        if std::env::var("LOCKSTEP_CUDA_FAST_F64").is_ok_and(|v| v == "1") {
+            assert!(!kernel_defines(true).contains(&"-DLOCKSTEP_FAST_F32"));
+            return;
+        }
+        assert!(kernel_defines(true).contains(&"-DLOCKSTEP_FAST_F32"));
+        assert!(!kernel_defines(false).contains(&"-DLOCKSTEP_FAST_F32"));
+    }
 }

@@ -808,13 +808,9 @@ impl CudaBackend {
         if timeline_file.is_some() {
             options.push("-DLOCKSTEP_TIMELINE");
         }
-        // Earlier sessions' kernel variants, for comparisons (knobs.rs).
-        options.extend(knobs::kernel_defines());
-        // Fast numerics' norms and gated activations in f32 (kernels.cu, norm_acc and
-        // act_apply); the exact kernels keep the reference's f64.
-        if numerics == Numerics::Fast && fast_f32_knob() {
-            options.push("-DLOCKSTEP_FAST_F32");
-        }
+        // The fast build's f32 norms and activations, and earlier sessions' kernel variants
+        // for comparisons (knobs.rs).
+        options.extend(knobs::kernel_defines(numerics == Numerics::Fast));
         // Experiments' switches (`LOCKSTEP_CUDA_DEFINES="A B"`: -DA -DB), for comparisons of
         // kernel variants within one build; part of the cache key like every option.
         let extra: Vec<String> = std::env::var("LOCKSTEP_CUDA_DEFINES")
