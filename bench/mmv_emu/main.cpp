@@ -39,13 +39,24 @@ inline float ldh(const u8* p) { return h2f(ld16(p)); }
 #include <random>
 
 // A random weight matrix of m rows of k values of type TY: random bytes, every f16 that could be
-// a scale made small and finite (every second byte's high bits cleared).
+// a scale made small and finite (every second byte's high bits cleared). It starts at an
+// address that is a multiple of 1680, as the backend uploads Q6_K's planes (kernels.cu q6p_at
+// finds a block's plane group from its address); whole plane groups plus the 16 bytes of
+// padding the device has.
+struct Weights {
+    std::vector<u8> store;
+    u8* p;
+    u8* data() { return p; }
+};
 template <int TY>
-static std::vector<u8> weights(std::mt19937& rng, int k, int m) {
+static Weights weights(std::mt19937& rng, int k, int m) {
     size_t row = (size_t)(k / block_elems(TY)) * block_bytes(TY);
-    std::vector<u8> w(row * m + 16);
-    for (auto& b : w) b = (u8)rng();
-    for (size_t i = 1; i < w.size(); i += 2) w[i] %= 0x3B;
+    size_t n = row * m + 1680 + 16;
+    Weights w;
+    w.store.resize(n + 1680);
+    w.p = w.store.data() + (1680 - (size_t)w.store.data() % 1680) % 1680;
+    for (size_t i = 0; i < n; i++) w.p[i] = (u8)rng();
+    for (size_t i = 1; i < n; i += 2) w.p[i] %= 0x3B;
     return w;
 }
 

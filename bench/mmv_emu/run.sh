@@ -16,8 +16,9 @@ s = open(sys.argv[1]).read()
 t0 = s.index("#define T_F32 0"); t1 = s.index("__device__ __forceinline__ float h2f(u16 h)")
 q0 = s.index("struct Q8Blk {"); q1 = s.index("__constant__ signed char KVALUES_IQ4NL")
 b0 = s.index("// Elements and bytes per block of each type"); b1 = s.index("template <int TY>\n__device__ __forceinline__ float deq_t")
+p0 = s.index("// Q6_K weights on the device are stored in planes"); p1 = s.index("// Element `e` of the block at `b`")
 f0 = s.index("// Bits 0..3 of v to bit 4 of bytes 0..3"); f1 = s.index("// END FAST NUMERICS")
-k = s[t0:t1] + s[q0:q1] + s[b0:b1] + s[f0:f1]
+k = s[t0:t1] + s[q0:q1] + s[p0:p1] + s[b0:b1] + s[f0:f1]
 open(sys.argv[2], 'w').write(k)
 PY
 g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu $D/main.cpp -o $W/emu

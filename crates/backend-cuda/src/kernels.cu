@@ -248,6 +248,45 @@ __device__ __forceinline__ void scale_min_k4(int j, const u8* q, int* sc, int* m
     }
 }
 
+// Q6_K weights on the device are stored in planes (plan::q6k_planar, done once at upload), not
+// in GGUF's 210-byte blocks: every 8 consecutive super-blocks of a tensor (1680 bytes, the same
+// size) hold, for their 32 units of 64 values (FastUnit<T_Q6_K>'s unit j = 4 * (super-block in
+// the group) + 2 n + h), plane A: each unit's first 16 ql bytes (GGUF ql[64n + 16h ..]), plane B:
+// its second 16 (ql[64n + 32 + 16h ..]), plane H: its 16 qh bytes (qh[32n + 16h ..]), plane S:
+// its 4 scales (scales[8n + 2k + h], k = 0..3), then the 8 super-blocks' d. A unit is then three
+// aligned 16-byte loads, one of 4 and one of 2, consecutive units at consecutive addresses;
+// GGUF's layout took 20 narrow loads at a 52.5-byte stride (BENCHMARKS.md, session 27: the 8B's
+// Q6_K LM head alone 156.7 -> 96.0 us on the H200). Every value is the same bytes through the
+// same arithmetic, so results are bitwise unchanged. The host uploads a Q6_K tensor at an address
+// that is a multiple of 1680 (so of 16), padded to whole groups: a block pointer b (tensor start
+// + 210 s) then says where its group starts and which member it is from the address alone, so
+// every decoder keeps its (block pointer, offset) interface. LOCKSTEP_Q6K_GGUF (knob
+// LOCKSTEP_CUDA_Q6K_PLANAR=0, the host then uploads GGUF's bytes) reads GGUF's layout.
+#define Q6P_GROUP 1680
+__device__ __forceinline__ int q6p_member(const u8* b) { return (int)(((size_t)b / 210) & 7); }
+// Where the byte at offset o (0..209) of GGUF's block at b lies.
+__device__ __forceinline__ const u8* q6p_at(const u8* b, int o) {
+#ifdef LOCKSTEP_Q6K_GGUF
+    return b + o;
+#else
+    int idx = q6p_member(b);
+    const u8* g = b - idx * 210;
+    if (o < 128) {
+        int n = o >> 6, r = o & 63;
+        return g + 512 * (r >> 5) + 16 * (4 * idx + 2 * n + ((r >> 4) & 1)) + (r & 15);
+    }
+    if (o < 192) {
+        int i = o - 128;
+        return g + 1024 + 16 * (4 * idx + 2 * (i >> 5) + ((i >> 4) & 1)) + (i & 15);
+    }
+    if (o < 208) {
+        int i = o - 192;
+        return g + 1536 + 4 * (4 * idx + 2 * (i >> 3) + (i & 1)) + ((i >> 1) & 3);
+    }
+    return g + 1664 + 2 * idx + (o - 208);
+#endif
+}
+
 // Element `e` of the block at `b`: the same f32 operations, in the same order, as
 // crates/quant/src/dequant.rs (hence bitwise equal to it).
 __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
@@ -330,14 +369,13 @@ __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
         return dl * (float)q - ml;
     }
     case T_Q6_K: {
-        float d = ldh(b + 208);
+        float d = ldh(q6p_at(b, 208));
         int n = e >> 7, k = (e >> 5) & 3, l = e & 31;
-        const u8* ql = b + 64 * n;
-        int h = b[128 + 32 * n + l];
-        int lo = (k & 1) ? ql[32 + l] : ql[l];
+        int h = *q6p_at(b, 128 + 32 * n + l);
+        int lo = *q6p_at(b, 64 * n + ((k & 1) ? 32 : 0) + l);
         lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
         int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
-        float dl = d * (float)(signed char)b[192 + (e >> 4)];
+        float dl = d * (float)(signed char)*q6p_at(b, 192 + (e >> 4));
         return dl * (float)q;
     }
     case T_IQ4_NL: {
@@ -419,17 +457,16 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
             w[cc] = ds[s] * (float)q - ms[s];
         }
     } else if constexpr (TY == T_Q6_K) {
-        float d = ldh(b + 208);
+        float d = ldh(q6p_at(b, 208));
 #pragma unroll
         for (int cc = 0; cc < 32; cc++) {
             int e = 8 * cc + l;
             int n = e >> 7, k = (e >> 5) & 3, lp = e & 31;
-            const u8* ql = b + 64 * n;
-            int h = b[128 + 32 * n + lp];
-            int lo = (k & 1) ? ql[32 + lp] : ql[lp];
+            int h = *q6p_at(b, 128 + 32 * n + lp);
+            int lo = *q6p_at(b, 64 * n + ((k & 1) ? 32 : 0) + lp);
             lo = (k < 2) ? (lo & 0xF) : (lo >> 4);
             int q = (lo | (((h >> (2 * k)) & 3) << 4)) - 32;
-            float dl = d * (float)(signed char)b[192 + (e >> 4)];
+            float dl = d * (float)(signed char)*q6p_at(b, 192 + (e >> 4));
             w[cc] = dl * (float)q;
         }
     } else if constexpr (TY == T_Q8_0) {
@@ -557,7 +594,9 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
                 constexpr int EPL = BS / 8;
                 for (int bi = 0; bi < nb; bi++) {
                     float w[EPL];
-                    if (live) decode_lane<TY>(seg + bi * TS, l, w);
+                    // Q6_K's planes locate a block from its global address (q6p_at): decoded
+                    // from the row in global memory, not the staged copy.
+                    if (live) decode_lane<TY>(TY == T_Q6_K ? wrow + (size_t)(sb + bi) * TS : seg + bi * TS, l, w);
                     else {
 #pragma unroll
                         for (int cc = 0; cc < EPL; cc++) w[cc] = 0.f;
@@ -2458,11 +2497,12 @@ __device__ __forceinline__ void deq8(const u8* row, int j, float* v) {
             v[i] = dl * (float)q - ml;
         }
     } else if constexpr (TY == T_Q6_K) {
-        float d = ldh(b + 208);
+        // e is a multiple of 8: the eight ql and qh bytes lie in one 16-byte run of a plane.
+        float d = ldh(q6p_at(b, 208));
         int n = e >> 7, k = (e >> 5) & 3, l = e & 31;
-        const u8* ql = b + 64 * n + ((k & 1) ? 32 : 0) + l;
-        const u8* qh = b + 128 + 32 * n + l;
-        float dl = d * (float)(signed char)b[192 + (e >> 4)];
+        const u8* ql = q6p_at(b, 64 * n + ((k & 1) ? 32 : 0) + l);
+        const u8* qh = q6p_at(b, 128 + 32 * n + l);
+        float dl = d * (float)(signed char)*q6p_at(b, 192 + (e >> 4));
         int shift = k < 2 ? 0 : 4;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -2855,7 +2895,8 @@ struct FastUnit<T_Q5_K> : FastUnitK45<T_Q5_K> {};
 
 // Q6_K: unit u = (super-block u / 4, half n = (u / 2) & 1, h = u & 1): values
 // 128n + 32k + 16h + (0..16) for k = 0..3, four 16-value runs each with its int8 scale, each
-// in activation block 8 sb + 4n + k. Blocks of 210 bytes (2-byte aligned): ldw_words_a2.
+// in activation block 8 sb + 4n + k. On the device's planes (q6p_at): 3 x 16 + 4 + 2 bytes,
+// aligned; in GGUF's 210-byte blocks (LOCKSTEP_Q6K_GGUF, 2-byte aligned): ldw_words_a2.
 template <>
 struct FastUnit<T_Q6_K> {
     static constexpr int E = 64;
@@ -2865,13 +2906,26 @@ struct FastUnit<T_Q6_K> {
     __device__ __forceinline__ void load(const u8* row, int u) {
         int sb = u >> 2, n = (u >> 1) & 1, h = u & 1;
         const u8* b = row + (size_t)sb * 210;
+        int wa[4], wb[4], wh[4];
+#ifdef LOCKSTEP_Q6K_GGUF
         d = ldwh(b + 208);
 #pragma unroll
         for (int k = 0; k < 4; k++) sc[k] = (int)(signed char)ldw1(b + 192 + 8 * n + 2 * k + h);
-        int wa[4], wb[4], wh[4];
         ldw_words_a2<4>(b + 64 * n + 16 * h, wa);
         ldw_words_a2<4>(b + 64 * n + 32 + 16 * h, wb);
         ldw_words_a2<4>(b + 128 + 32 * n + 16 * h, wh);
+#else
+        int idx = q6p_member(b), j = 4 * idx + (u & 3);
+        const u8* g = b - idx * 210;
+        uint4 a = ldw16(g + 16 * j), c = ldw16(g + 512 + 16 * j), hh = ldw16(g + 1024 + 16 * j);
+        u32 s4 = ldw4(g + 1536 + 4 * j);
+        d = ldwh(g + 1664 + 2 * idx);
+#pragma unroll
+        for (int k = 0; k < 4; k++) sc[k] = (int)(signed char)(u8)(s4 >> (8 * k));
+        wa[0] = (int)a.x; wa[1] = (int)a.y; wa[2] = (int)a.z; wa[3] = (int)a.w;
+        wb[0] = (int)c.x; wb[1] = (int)c.y; wb[2] = (int)c.z; wb[3] = (int)c.w;
+        wh[0] = (int)hh.x; wh[1] = (int)hh.y; wh[2] = (int)hh.z; wh[3] = (int)hh.w;
+#endif
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             u32 A = (u32)wa[i], B = (u32)wb[i], H = (u32)wh[i];

@@ -22,6 +22,7 @@
 //! | `Q8_SHUFFLE=1` (kernel define) | `redux.sync` in the activation quantization | shuffles |
 //! | `LATE_LAUNCH=0` (kernel define) | the next kernel launched after the loads | at the grid wait |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
+//! | `Q6K_PLANAR=0` (kernel define + upload) | Q6_K weights on the device in planes (`plan::q6k_planar`) | GGUF's 210-byte blocks |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
@@ -58,11 +59,25 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     if on("LOCKSTEP_CUDA_LATE_LAUNCH", "0") {
         d.push("-DLOCKSTEP_EARLY_LAUNCH");
     }
+    // Q6_K weights read in GGUF's blocks (kernels.cu, q6p_at), as uploaded then; for every
+    // build, exact and fast, since a process uploads its weights one way.
+    if !q6k_planar_knob() {
+        d.push("-DLOCKSTEP_Q6K_GGUF");
+    }
     // The fast kernels' weights loaded with the default L2 policy (kernels.cu, ldw16).
     if on("LOCKSTEP_CUDA_EVICT_FIRST", "0") {
         d.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
     }
     d
+}
+
+/// Whether Q6_K weights go to the device in planes (`plan::q6k_planar`, kernels.cu `q6p_at`):
+/// the mat-vecs' unit loads become three aligned 16-byte loads and two small ones instead of 20
+/// narrow ones (BENCHMARKS.md, session 27). `LOCKSTEP_CUDA_Q6K_PLANAR=0` uploads GGUF's blocks
+/// and compiles the kernels that read them (the same values bitwise), for comparisons. Read once.
+pub(crate) fn q6k_planar_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_Q6K_PLANAR").map_or(true, |v| v != "0"))
 }
 
 /// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by

@@ -216,13 +216,33 @@ impl CudaTensor {
     }
 }
 
-/// A weight on the device in its GGUF encoding; vectors (norm weights, biases) also as f32.
+/// A weight on the device in its GGUF encoding (Q6_K in planes: `plan::q6k_planar`); vectors
+/// (norm weights, biases) also as f32.
 pub struct CudaWeight {
     desc: QuantDesc,
     rows: usize,
     cols: usize,
-    data: CudaSlice<u8>,
+    data: WeightBytes,
     vector: Option<CudaSlice<f32>>,
+}
+
+/// A weight's bytes on the device: the allocation, and where the kernels read (its start, or
+/// for a planar Q6_K tensor the first address inside it that is a multiple of
+/// `plan::Q6K_GROUP`, as kernels.cu's `q6p_at` needs).
+struct WeightBytes {
+    alloc: CudaSlice<u8>,
+    /// A view of `alloc` from an offset; never freed through (`alloc` frees the memory).
+    inner: Option<std::mem::ManuallyDrop<CudaSlice<u8>>>,
+}
+
+impl std::ops::Deref for WeightBytes {
+    type Target = CudaSlice<u8>;
+    fn deref(&self) -> &CudaSlice<u8> {
+        match &self.inner {
+            Some(v) => v,
+            None => &self.alloc,
+        }
+    }
 }
 
 /// The paged KV cache in device memory: `[layer][slot][kv_dim]` f32 for K and for V, the same
@@ -1152,6 +1172,37 @@ impl CudaBackend {
         unsafe { self.stream.alloc::<T>(n.max(1)) }.unwrap_or_else(|e| device_failure(op, e))
     }
 
+    /// `bytes` (and `plan::WEIGHT_PAD` zeros) at the first address of a fresh allocation that
+    /// is a multiple of `align` (a multiple of 16).
+    fn upload_aligned(
+        &self,
+        op: &str,
+        bytes: &[u8],
+        align: usize,
+    ) -> Result<WeightBytes, BackendError> {
+        let err = |e: cudarc::driver::DriverError| BackendError::Other(format!("cuda {op}: {e}"));
+        let len = bytes.len() + plan::WEIGHT_PAD;
+        let alloc = self.stream.alloc_zeros::<u8>(len + align).map_err(err)?;
+        let base = {
+            let (p, _sync) = alloc.device_ptr(&self.stream);
+            p
+        };
+        let off = (align - (base % align as u64) as usize) % align;
+        // SAFETY: `alloc` holds len + align bytes from `base`, so [base + off, base + off + len)
+        // lies inside it. The view is never freed (ManuallyDrop): `alloc`, kept beside it in
+        // the WeightBytes, frees the memory once, after the view's last use.
+        let mut view = std::mem::ManuallyDrop::new(unsafe {
+            self.stream.upgrade_device_ptr::<u8>(base + off as u64, len)
+        });
+        self.stream
+            .memcpy_htod(bytes, &mut view.slice_mut(..bytes.len()))
+            .map_err(err)?;
+        Ok(WeightBytes {
+            alloc,
+            inner: Some(view),
+        })
+    }
+
     fn upload<T: DeviceRepr>(&self, op: &str, v: &[T]) -> Result<CudaSlice<T>, BackendError> {
         if v.is_empty() {
             // SAFETY: a one-element allocation nobody reads (kernels index by the lengths passed).
@@ -2065,7 +2116,7 @@ impl CudaBackend {
             let rows = chunk.min(m - r0);
             let (r0i, ri, ki) = (r0 as i32, rows as i32, k as i32);
             let mut b = self.stream.launch_builder(&self.k.dequant_rows);
-            b.arg(&w.data)
+            b.arg(&*w.data)
                 .arg(&mut *scr)
                 .arg(&r0i)
                 .arg(&ri)
@@ -2147,7 +2198,7 @@ impl CudaBackend {
             let rows = chunk.min(m - r0);
             let (r0i, ri, ki) = (r0 as i32, rows as i32, k as i32);
             let mut b = self.stream.launch_builder(&self.k.dequant_rows_f16);
-            b.arg(&w.data)
+            b.arg(&*w.data)
                 .arg(&mut *scr)
                 .arg(&mut *flag)
                 .arg(&r0i)
@@ -2512,7 +2563,7 @@ impl CudaBackend {
             let mut b = self.stream.launch_builder(kernel);
             for i in 0..3 {
                 match ws.get(i) {
-                    Some(w) => b.arg(&w.data),
+                    Some(w) => b.arg(&*w.data),
                     None => b.arg(&null),
                 };
             }
@@ -2556,7 +2607,7 @@ impl CudaBackend {
         if let Some((_, f)) = self.k.fast_mm.iter().find(|(id, _)| *id == w.desc.id) {
             let (kernel, (gx, gy)) = f.launch_for(w.desc.id, (n, k, m), true);
             let mut b = self.stream.launch_builder(kernel);
-            b.arg(&w.data)
+            b.arg(&*w.data)
                 .arg(&qv)
                 .arg(&dv)
                 .arg(&mut out)
@@ -2589,7 +2640,7 @@ impl CudaBackend {
         };
         let (gx, gy) = plan::matmul_grid(n, m);
         let mut b = self.stream.launch_builder(if n == 1 { t1 } else { t8 });
-        b.arg(&w.data)
+        b.arg(&*w.data)
             .arg(&xv)
             .arg(&mut out)
             .arg(&ni)
@@ -2666,8 +2717,8 @@ impl CudaBackend {
                 let (ki, mi) = (k as i32, m as i32);
                 let (ai, c) = act_args(act);
                 let mut b = self.stream.launch_builder(fq);
-                b.arg(&gate.data)
-                    .arg(&up.data)
+                b.arg(&*gate.data)
+                    .arg(&*up.data)
                     .arg(&qv)
                     .arg(&dv)
                     .arg(&mut g)
@@ -2708,8 +2759,8 @@ impl CudaBackend {
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let (ai, c) = act_args(act);
             let mut b = self.stream.launch_builder(f.for_rows(n));
-            b.arg(&gate.data)
-                .arg(&up.data)
+            b.arg(&*gate.data)
+                .arg(&*up.data)
                 .arg(&qv)
                 .arg(&dv)
                 .arg(&mut g)
@@ -3078,12 +3129,20 @@ impl Backend for CudaBackend {
                 w.ty
             )));
         }
-        // Padded: the matmul stages rows with aligned 16-byte loads.
-        let mut padded = Vec::with_capacity(w.data.len() + plan::WEIGHT_PAD);
-        padded.extend_from_slice(w.data);
-        padded.resize(w.data.len() + plan::WEIGHT_PAD, 0);
-        let data = self.upload(w.name, &padded)?;
-        drop(padded);
+        let data = if w.ty == lockstep_quant::GgmlType::Q6K && knobs::q6k_planar_knob() {
+            let planar = plan::q6k_planar(w.data)
+                .ok_or_else(|| bad("not whole Q6_K super-blocks".to_string()))?;
+            self.upload_aligned(w.name, &planar, plan::Q6K_GROUP)?
+        } else {
+            // Padded: the matmul stages rows with aligned 16-byte loads.
+            let mut padded = Vec::with_capacity(w.data.len() + plan::WEIGHT_PAD);
+            padded.extend_from_slice(w.data);
+            padded.resize(w.data.len() + plan::WEIGHT_PAD, 0);
+            WeightBytes {
+                alloc: self.upload(w.name, &padded)?,
+                inner: None,
+            }
+        };
         let vector = if rows == 1 {
             let v =
                 lockstep_quant::dequantize(w.ty, w.data, cols).map_err(|e| bad(e.to_string()))?;
@@ -3145,7 +3204,7 @@ impl Backend for CudaBackend {
                     unreachable!("ids are u32")
                 };
                 let mut b = self.stream.launch_builder(&self.k.embed_rows);
-                b.arg(&table.data)
+                b.arg(&*table.data)
                     .arg(d_ids)
                     .arg(&mut out)
                     .arg(&cols)
@@ -3190,7 +3249,7 @@ impl Backend for CudaBackend {
             let f = if n == 1 { t1 } else { t8 };
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let mut b = self.stream.launch_builder(f);
-            b.arg(&w.data)
+            b.arg(&*w.data)
                 .arg(x.buf())
                 .arg(&mut out)
                 .arg(&ni)
@@ -3251,8 +3310,8 @@ impl Backend for CudaBackend {
             let (ni, ki, mi) = (n as i32, k as i32, m as i32);
             let (ai, c) = act_args(act);
             let mut b = self.stream.launch_builder(f);
-            b.arg(&gate.data)
-                .arg(&up.data)
+            b.arg(&*gate.data)
+                .arg(&*up.data)
                 .arg(x.buf())
                 .arg(&mut g)
                 .arg(&mut u)
@@ -3496,9 +3555,9 @@ impl Backend for CudaBackend {
                 };
                 let mut l = self.stream.launch_builder(f);
                 norm_args!(l);
-                l.arg(&wq.data).arg(&wk.data);
+                l.arg(&*wq.data).arg(&*wk.data);
                 match with_v {
-                    true => l.arg(&wv.data),
+                    true => l.arg(&*wv.data),
                     false => l.arg(&null),
                 };
                 l.arg(&mut q).arg(&mut k);
@@ -3574,8 +3633,8 @@ impl Backend for CudaBackend {
                 };
                 let mut l = self.stream.launch_builder(f);
                 norm_args!(l);
-                l.arg(&gate.data)
-                    .arg(&up.data)
+                l.arg(&*gate.data)
+                    .arg(&*up.data)
                     .arg(&mut gv)
                     .arg(&mut uv)
                     .arg(&mut av)

@@ -53,6 +53,58 @@ const _: () = assert!(MATMUL_SMEM_BYTES <= 48 * 1024);
 /// Bytes of padding after every weight: the matmul's last 16-byte staging load of a row may
 /// reach up to 15 bytes past its end.
 pub const WEIGHT_PAD: usize = 16;
+/// Bytes of a Q6_K super-block (256 values) in GGUF.
+pub const Q6K_BLOCK: usize = 210;
+/// Super-blocks a Q6_K plane group holds (kernels.cu `q6p_at`).
+pub const Q6K_GROUP_BLOCKS: usize = 8;
+/// Bytes of a Q6_K plane group: also the alignment of a planar tensor's device address, so a
+/// kernel finds a block's group and place in it from the block's address alone.
+pub const Q6K_GROUP: usize = Q6K_BLOCK * Q6K_GROUP_BLOCKS;
+
+/// A Q6_K tensor's GGUF bytes (whole 210-byte super-blocks) in the device's planes
+/// (kernels.cu `q6p_at`, the layout's description): each group of 8 consecutive super-blocks
+/// becomes, for its 32 units of 64 values (unit `4 b + 2 n + h` of member `b`), plane A (each
+/// unit's ql bytes `64 n + 16 h ..+16`), plane B (`64 n + 32 + 16 h ..+16`), plane H (qh bytes
+/// `32 n + 16 h ..+16`), plane S (scales `8 n + 2 k + h`, k = 0..3), then the members' d. The
+/// last group is padded with zero blocks to whole groups. None when the bytes are not whole
+/// super-blocks.
+pub fn q6k_planar(gguf: &[u8]) -> Option<Vec<u8>> {
+    if !gguf.len().is_multiple_of(Q6K_BLOCK) {
+        return None;
+    }
+    let groups = (gguf.len() / Q6K_BLOCK).div_ceil(Q6K_GROUP_BLOCKS);
+    let mut out = vec![0u8; groups * Q6K_GROUP];
+    for (g, dst) in out.chunks_exact_mut(Q6K_GROUP).enumerate() {
+        let (planes, ds) = dst.split_at_mut(1664);
+        let (a, rest) = planes.split_at_mut(512);
+        let (b, rest) = rest.split_at_mut(512);
+        let (h, sc) = rest.split_at_mut(512);
+        for m in 0..Q6K_GROUP_BLOCKS {
+            let start = (g * Q6K_GROUP_BLOCKS + m) * Q6K_BLOCK;
+            let Some(src) = gguf.get(start..start + Q6K_BLOCK) else {
+                break; // padding: zero blocks
+            };
+            let (ql, rest) = src.split_at(128);
+            let (qh, rest) = rest.split_at(64);
+            let (scales, d) = rest.split_at(16);
+            for n in 0..2 {
+                for hh in 0..2 {
+                    let j = 4 * m + 2 * n + hh;
+                    let at = 16 * j;
+                    a[at..at + 16].copy_from_slice(&ql[64 * n + 16 * hh..][..16]);
+                    b[at..at + 16].copy_from_slice(&ql[64 * n + 32 + 16 * hh..][..16]);
+                    h[at..at + 16].copy_from_slice(&qh[32 * n + 16 * hh..][..16]);
+                    for k in 0..4 {
+                        sc[4 * j + k] = scales[8 * n + 2 * k + hh];
+                    }
+                }
+            }
+            ds[2 * m..2 * m + 2].copy_from_slice(d);
+        }
+    }
+    Some(out)
+}
+
 /// Activation rows sharing one decode of the weights in the batched kernel.
 pub const MATMUL_TILE: usize = 8;
 
@@ -1562,6 +1614,74 @@ mod tests {
         assert!(rope_attention_fuses(64) && rope_attention_fuses(128));
         assert!(!rope_attention_fuses(256));
     }
+    /// kernels.cu's `q6p_at`, written again from its own formulas: where byte `o` of
+    /// super-block `s` lands in a planar tensor.
+    fn q6p_at(s: usize, o: usize) -> usize {
+        let (idx, g) = (s % 8, (s / 8) * Q6K_GROUP);
+        if o < 128 {
+            let (n, r) = (o >> 6, o & 63);
+            g + 512 * (r >> 5) + 16 * (4 * idx + 2 * n + ((r >> 4) & 1)) + (r & 15)
+        } else if o < 192 {
+            let i = o - 128;
+            g + 1024 + 16 * (4 * idx + 2 * (i >> 5) + ((i >> 4) & 1)) + (i & 15)
+        } else if o < 208 {
+            let i = o - 192;
+            g + 1536 + 4 * (4 * idx + 2 * (i >> 3) + (i & 1)) + ((i >> 1) & 3)
+        } else {
+            g + 1664 + 2 * idx + (o - 208)
+        }
+    }
+
+    #[test]
+    fn q6k_planes_hold_every_byte_where_the_kernels_look() {
+        // 8, 13 (a partial last group) and 1 super-blocks of distinct-ish bytes.
+        for blocks in [8usize, 13, 1] {
+            let gguf: Vec<u8> = (0..blocks * Q6K_BLOCK)
+                .map(|i| (i * 7 + i / 251) as u8)
+                .collect();
+            let planar = q6k_planar(&gguf).expect("whole blocks");
+            assert_eq!(planar.len(), blocks.div_ceil(8) * Q6K_GROUP);
+            let mut seen = vec![false; planar.len()];
+            for s in 0..blocks {
+                for o in 0..Q6K_BLOCK {
+                    let at = q6p_at(s, o);
+                    assert_eq!(planar[at], gguf[s * Q6K_BLOCK + o], "block {s} byte {o}");
+                    assert!(!seen[at], "block {s} byte {o} shares {at}");
+                    seen[at] = true;
+                }
+            }
+            // The padding blocks are zeros.
+            let filled = seen.iter().filter(|&&x| x).count();
+            assert_eq!(filled, blocks * Q6K_BLOCK);
+            assert!(planar.iter().zip(&seen).all(|(&b, &s)| s || b == 0));
+        }
+        // FastUnit<T_Q6_K>'s unit loads: unit u of a block reads planes A, B, H at 16 (4 b + u)
+        // and S at 4 (4 b + u) of its group, the ql / qh / scale bytes GGUF's kernel read.
+        let gguf: Vec<u8> = (0..16 * Q6K_BLOCK).map(|i| (i * 13 + 5) as u8).collect();
+        let planar = q6k_planar(&gguf).expect("whole blocks");
+        for s in 0..16 {
+            let (b, g) = (s % 8, (s / 8) * Q6K_GROUP);
+            for u in 0..4 {
+                let (n, h, j) = (u >> 1, u & 1, 4 * b + u);
+                let src = &gguf[s * Q6K_BLOCK..][..Q6K_BLOCK];
+                assert_eq!(planar[g + 16 * j..][..16], src[64 * n + 16 * h..][..16]);
+                assert_eq!(
+                    planar[g + 512 + 16 * j..][..16],
+                    src[64 * n + 32 + 16 * h..][..16]
+                );
+                assert_eq!(
+                    planar[g + 1024 + 16 * j..][..16],
+                    src[128 + 32 * n + 16 * h..][..16]
+                );
+                for k in 0..4 {
+                    assert_eq!(planar[g + 1536 + 4 * j + k], src[192 + 8 * n + 2 * k + h]);
+                }
+                assert_eq!(planar[g + 1664 + 2 * b..][..2], src[208..210]);
+            }
+        }
+        assert!(q6k_planar(&[0u8; 211]).is_none());
+    }
+
     #[test]
     fn residual_parts_follow_the_values_a_thread_holds() {
         // 2048 values on 512 threads, 4096 on 1024: four values a thread, four blocks.
