@@ -176,6 +176,98 @@ __global__ void __launch_bounds__(128) mmv_q6planar(const u8* W, const signed ch
     }
 }
 
+// Q4_K in planes (lab): every 8 super-blocks (1152 bytes) hold plane A (each 64-value unit's
+// first 16 quant bytes), plane B (its second 16), then the 8 super-blocks' 16-byte headers (d,
+// dmin, 12 scale bytes). The unit's arithmetic is FastUnitK45's. Needs the pool at a multiple of
+// 1152 (the lab's pools are 256-aligned: member from (address - pool) would be exact; here the
+// address is used as the kernels would, with the pool aligned to 1152 by the caller).
+struct Q4Planar {
+    float d, dmin;
+    int sc[2], mn[2];
+    int q[16];
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        int sb = u >> 2, jp = u & 3;
+        const u8* b = row + (size_t)sb * 144;
+        int idx = (int)(((size_t)b / 144) & 7), j = 4 * idx + jp;
+        const u8* g = b - idx * 144;
+        uint4 h = ldw16(g + 1024 + 16 * idx);
+        d = h2f((u16)(h.x & 0xFFFF));
+        dmin = h2f((u16)(h.x >> 16));
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int jj = 2 * jp + s, i = jj & 3;
+            u32 a = (h.y >> (8 * i)) & 0xFF, c = (h.z >> (8 * i)) & 0xFF, e = (h.w >> (8 * i)) & 0xFF;
+            sc[s] = jj < 4 ? (int)(a & 63) : (int)((e & 0xF) | ((a >> 6) << 4));
+            mn[s] = jj < 4 ? (int)(c & 63) : (int)((e >> 4) | ((c >> 6) << 4));
+        }
+        uint4 q0 = ldw16(g + 16 * j), q1 = ldw16(g + 512 + 16 * j);
+        u32 v[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            q[i] = (int)(v[i] & 0x0F0F0F0Fu);
+            q[8 + i] = (int)((v[i] >> 4) & 0x0F0F0F0Fu);
+        }
+    }
+    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
+        int sb = u >> 2, jp = u & 3;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            int ab = sb * 8 + 2 * jp + s;
+            const int4* xv = (const int4*)(xq + (size_t)ab * 32);
+            int4 x0 = xv[0], x1 = xv[1];
+            int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            int is = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) is = __dp4a(q[8 * s + i], xa[i], is);
+            Q8Blk a = xd[ab];
+            acc = __fmaf_rn(d * a.d, (float)(sc[s] * is), acc);
+            acc = __fmaf_rn(dmin * a.d, (float)(-(mn[s] * a.s)), acc);
+        }
+        return acc;
+    }
+};
+
+template <int NR, bool PAIR>
+__global__ void __launch_bounds__(128) mmv_q4planar(const u8* W, const u8* W2, const signed char* xq, const Q8Blk* xd, float* y, float* y2, int k, int m) {
+    GRID_LAUNCH();
+    int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
+    if (r0 >= m) return;
+    int lane = threadIdx.x & 31;
+    int units = k / 64;
+    size_t rb = (size_t)(k / 256) * 144;
+    float acc[NR], acc2[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = acc2[j] = 0.0f;
+    auto unit = [&](int u, bool wait) {
+        Q4Planar w[NR], w2[PAIR ? NR : 1];
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) {
+                w[j].load(W + (size_t)(r0 + j) * rb, u);
+                if constexpr (PAIR) w2[j].load(W2 + (size_t)(r0 + j) * rb, u);
+            }
+        if (wait) GRID_WAIT();
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) {
+                acc[j] = w[j].dot(xq, xd, u, acc[j]);
+                if constexpr (PAIR) acc2[j] = w2[j].dot(xq, xd, u, acc2[j]);
+            }
+    };
+    if (lane < units) unit(lane, true);
+    else GRID_WAIT();
+    for (int u = lane + 32; u < units; u += 32) unit(u, false);
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        float v = warp_sum_fixed(acc[j]);
+        float v2 = PAIR ? warp_sum_fixed(acc2[j]) : 0.0f;
+        if (lane == 0 && r0 + j < m) {
+            y[r0 + j] = v;
+            if constexpr (PAIR) y2[r0 + j] = v2;
+        }
+    }
+}
+
 struct Mv {
     int kind;  // 0: mmv3 (q/k/v), 1: mmv, 2: gate/up pair, 3: mmv of planar Q6_K
     int ty;
@@ -194,7 +286,7 @@ static size_t rowb(int ty, int k) {
 static size_t mv_bytes(const Mv& v) {
     size_t r = rowb(v.ty, v.k);
     if (v.kind == 0) return r * (v.m + v.m1 + v.m2);
-    if (v.kind == 2) return r * v.m * 2;
+    if (v.kind == 2 || v.kind == 5) return r * v.m * 2;
     return r * v.m;
 }
 
@@ -227,6 +319,11 @@ static void launch_mv(cudaStream_t s, bool pdl, const Mv& v, const u8* W, const 
                : v.ty == T_Q6_K ? (v.two ? mmv_fast2r_14 : mmv_fast1_14)
                                 : (v.two ? mmv_fast2r_3 : mmv_fast1_3);
         launch_pdl(s, pdl, k, dim3((v.m + rpb - 1) / rpb), dim3(128), W, b.xq, b.xd, b.y0, n1, v.k, v.m);
+    } else if (v.kind == 4) {
+        if (v.two) launch_pdl(s, pdl, mmv_q4planar<2, false>, dim3((v.m + 7) / 8), dim3(128), W, W, b.xq, b.xd, b.y0, b.y1, v.k, v.m);
+        else launch_pdl(s, pdl, mmv_q4planar<1, false>, dim3((v.m + 3) / 4), dim3(128), W, W, b.xq, b.xd, b.y0, b.y1, v.k, v.m);
+    } else if (v.kind == 5) {
+        launch_pdl(s, pdl, mmv_q4planar<1, true>, dim3((v.m + 3) / 4), dim3(128), W, W + r * v.m, b.xq, b.xd, b.y0, b.y1, v.k, v.m);
     } else if (v.kind == 3) {
         if (v.two) launch_pdl(s, pdl, mmv_q6planar<2>, dim3((v.m + 7) / 8), dim3(128), W, b.xq, b.xd, b.y0, n1, v.k, v.m);
         else launch_pdl(s, pdl, mmv_q6planar<1>, dim3((v.m + 3) / 4), dim3(128), W, b.xq, b.xd, b.y0, n1, v.k, v.m);
@@ -339,6 +436,65 @@ int main(int argc, char** argv) {
     }
     unsigned* progress;
     CK(cudaMalloc(&progress, 4));
+    bool q4 = argc > 1 && strcmp(argv[1], "q4") == 0;
+    if (q4) {
+        size_t poolb = (size_t)4 << 30;
+        u8* pool0;
+        CK(cudaMalloc(&pool0, poolb + 8192));
+        u8* pool = pool0 + (1152 - (size_t)pool0 % 1152) % 1152;
+        fill_weights(pool, poolb);
+        struct Sh { const char* name; int kind; int m, k; bool two; } shs[] = {
+            {"8B q/o 4096 x 4096", 1, 4096, 4096, true},
+            {"8B gate+up 2 x 14336 x 4096", 2, 14336, 4096, false},
+            {"8B down 4096 x 14336", 1, 4096, 14336, true},
+            {"1B gate+up 2 x 8192 x 2048", 2, 8192, 2048, false},
+            {"1B o 2048 x 2048", 1, 2048, 2048, true},
+            {"1B down 2048 x 8192", 1, 2048, 8192, false},
+        };
+        for (auto& sh : shs) {
+            size_t wb = rowb(T_Q4_K, sh.k) * sh.m * (sh.kind == 2 ? 2 : 1), step = ((wb + 1151) / 1152) * 1152;
+            auto at = [&](int i) { return pool + ((size_t)i * step) % (poolb - step); };
+            for (int variant = 0; variant < 2; variant++) {
+                bool planar = variant == 1;
+                int kind = sh.kind == 2 ? (planar ? 5 : 2) : (planar ? 4 : 1);
+                float us = time_graph(40, [&](cudaStream_t st, int i, bool pdl) {
+                    Mv v{kind, T_Q4_K, sh.m, sh.k, 0, 0, sh.two};
+                    launch_mv(st, pdl, v, at(i), b);
+                });
+                printf("%-28s %-10s %8.2f us %7.0f GB/s\n", sh.name, planar ? "planar" : "production", us, wb / (us * 1e-6) / 1e9);
+            }
+        }
+        cudaFree(pool0);
+        // The 8B chain: o and gate/up planar (q/k/v and the Q6_K down as built).
+        Chain c8 = {"8B-like, o + gate/up production",
+                    {{0, T_Q4_K, 4096, 4096, 1024, 1024, true}, {1, T_Q4_K, 4096, 4096, 0, 0, true},
+                     {2, T_Q4_K, 14336, 4096, 0, 0, false}, {3, T_Q6_K, 4096, 14336, 0, 0, true}},
+                    {4000, 3000, 1000, 3000}, {32, 4, 56, 4}, 32};
+        Chain c8p = c8;
+        c8p.layer[1].kind = 4;
+        c8p.layer[2].kind = 5;
+        c8p.name = "8B-like, o + gate/up planar";
+        size_t total = 0;
+        for (auto& v : c8.layer) total += ((mv_bytes(v) + 1151) / 1152) * 1152;
+        total *= 32;
+        u8* wp0;
+        CK(cudaMalloc(&wp0, total + 8192));
+        u8* wp = wp0 + (1152 - (size_t)wp0 % 1152) % 1152;
+        fill_weights(wp, total);
+        std::vector<const u8*> wts;
+        size_t off = 0;
+        for (int l = 0; l < 32; l++)
+            for (auto& v : c8.layer) { wts.push_back(wp + off); off += ((mv_bytes(v) + 1151) / 1152) * 1152; }
+        for (int round = 0; round < 2; round++)
+            for (const Chain* c : {&c8, &c8p}) {
+                for (bool spins : {false, true}) {
+                    Run run{spins ? "chain" : "mat-vecs only", spins, false, 0, 0, 0, 0};
+                    float us = time_chain(*c, run, wts, b, progress, nullptr, nullptr, 0);
+                    printf("  %-34s %-14s %9.1f us  %6.2f us a layer  %6.0f GB/s\n", c->name, run.label, us, us / 32, total / (us * 1e-6) / 1e9);
+                }
+            }
+        return 0;
+    }
     if (q6) {
         // The Q6_K mat-vecs alone: production (two rows a warp where plan.rs says, else one)
         // against the planar rows, each in a graph of 40 launches over weights rotating through
