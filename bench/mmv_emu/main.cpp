@@ -108,7 +108,51 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     return fails;
 }
 
+// `layout FILE K M`: the Q6_K rows in FILE (M rows of K values, in the layout this build reads:
+// the device's planes, or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF) against a fixed activation, a
+// warp a row and two rows a warp; prints each row's two results as hex. run.sh compiles both
+// builds and feeds each its layout of the same weights (tests/mmv_emulation.rs writes them,
+// the planes by plan::q6k_planar): the outputs must agree bit for bit.
+static int layout(const char* path, int k, int m) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { printf("cannot open %s\n", path); return 2; }
+    std::vector<u8> bytes;
+    for (int c; (c = fgetc(f)) != EOF;) bytes.push_back((u8)c);
+    fclose(f);
+    const size_t A = 1680;
+    std::vector<u8> store(bytes.size() + A + 1680 + 16, 0);
+    u8* w = store.data() + (A - (size_t)store.data() % A) % A;
+    std::memcpy(w, bytes.data(), bytes.size());
+    std::mt19937 rng(5);
+    std::vector<signed char> xq(k);
+    std::vector<Q8Blk> xd(k / 32);
+    for (auto& v : xq) v = (signed char)(rng() % 255 - 127);
+    for (int b = 0; b < k / 32; b++) {
+        int s = 0;
+        for (int i = 0; i < 32; i++) s += xq[b * 32 + i];
+        xd[b] = Q8Blk{0.001f * (float)(1 + rng() % 50), s};
+    }
+    std::vector<float> one(m, NAN), two(m, NAN);
+    launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+        int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+        if (r < m)
+            fast_rows<T_Q6_K, 1, false, true>(w, nullptr, xq.data(), xd.data(), one.data(), nullptr, nullptr, 0, k, m, r, 0, 0.0);
+    });
+    launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
+        int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
+        if (r0 < m) fast_rows_nr<T_Q6_K, 2>(w, xq.data(), xd.data(), two.data(), k, m, r0);
+    });
+    for (int r = 0; r < m; r++) {
+        unsigned a, b;
+        std::memcpy(&a, &one[r], 4);
+        std::memcpy(&b, &two[r], 4);
+        printf("row %d: %08x %08x\n", r, a, b);
+    }
+    return 0;
+}
+
 int main(int argc, char** argv) {
+    if (argc > 4 && std::strcmp(argv[1], "layout") == 0) return layout(argv[2], atoi(argv[3]), atoi(argv[4]));
     std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
     bool perturb = getenv("MMV_EMU_PERTURB") != nullptr;
     int fails = 0;

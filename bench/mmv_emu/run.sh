@@ -5,7 +5,8 @@
 # a fast kernel on random weights and activations: two weight rows a warp (fast_rows_nr: the
 # mmv_fast2r / mmv3_fast2r kernels' rows) against a warp a row (fast_rows, mmv_fast1's), bitwise.
 # Usage: bench/mmv_emu/run.sh [seed]; MMV_EMU_PERTURB=1 flips one output's last bit (the
-# harness must fail).
+# harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K rows
+# from GGUF's blocks and from the device's planes (tests/mmv_emulation.rs compares them).
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 W=${TMPDIR:-/tmp}/mmv_emu.$$; mkdir -p $W
@@ -21,5 +22,14 @@ f0 = s.index("// Bits 0..3 of v to bit 4 of bytes 0..3"); f1 = s.index("// END F
 k = s[t0:t1] + s[q0:q1] + s[p0:p1] + s[b0:b1] + s[f0:f1]
 open(sys.argv[2], 'w').write(k)
 PY
-g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu $D/main.cpp -o $W/emu
+CXX="g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu"
+if [ "${1:-}" = layout-build ]; then
+  # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K from GGUF's blocks (-DLOCKSTEP_Q6K_GGUF),
+  # DIR/emu from the device's planes; each then runs `layout FILE K M` (main.cpp).
+  $CXX -DLOCKSTEP_Q6K_GGUF $D/main.cpp -o "$2/emu_gguf" &
+  $CXX $D/main.cpp -o "$2/emu"
+  wait
+  exit 0
+fi
+$CXX $D/main.cpp -o $W/emu
 $W/emu ${1:-1}

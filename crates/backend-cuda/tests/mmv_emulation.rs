@@ -5,7 +5,8 @@
 //! the shuffles through per-warp barriers), and runs both on random weights of every type with
 //! a fast kernel: rows of fewer than 32 units, exactly 32 and more; odd and even row counts
 //! (the last warp with one row). The GPU runs (`check --ops`, the token hashes) then only confirm
-//! that the device does what the source says.
+//! that the device does what the source says. The same harness, built twice, proves the device's
+//! Q6_K planes (`plan::q6k_planar`, kernels.cu `q6p_at`) give every row GGUF's blocks give.
 
 mod common;
 
@@ -47,4 +48,101 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
         58,
         "{text}"
     );
+}
+
+/// Random Q6_K rows (every super-block's `d` a small finite half), `m` rows of `k` values.
+fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    let mut out: Vec<u8> = (0..k / 256 * 210 * m)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    for block in out.chunks_exact_mut(210) {
+        block[209] %= 0x3B;
+    }
+    out
+}
+
+/// Each row's (a warp a row, two rows a warp) bits as `emu` (one of run.sh's layout builds)
+/// prints them for the Q6_K rows in `bytes`.
+fn layout_rows(emu: &std::path::Path, bytes: &[u8], k: usize, m: usize) -> Vec<String> {
+    let file = emu.with_extension("weights");
+    std::fs::write(&file, bytes).expect("write");
+    let out = Command::new(emu)
+        .arg("layout")
+        .arg(&file)
+        .arg(k.to_string())
+        .arg(m.to_string())
+        .output()
+        .expect("the emulation runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text.lines()
+        .filter(|l| l.starts_with("row "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The device's Q6_K planes (`plan::q6k_planar`, read through kernels.cu `q6p_at`) give every
+/// fast mat-vec row bitwise what GGUF's blocks give: the kernels' own source, both builds
+/// (`-DLOCKSTEP_Q6K_GGUF` and the default), on the same rows repacked by the backend's own
+/// function. Row lengths of 2 super-blocks, 8 (a row a group) and 17 (groups straddling rows).
+#[test]
+fn q6k_planes_compute_what_gguf_blocks_compute() {
+    if !gxx_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("lockstep_q6k_layout_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/mmv_emu/run.sh");
+    let built = Command::new("bash")
+        .arg(script)
+        .arg("layout-build")
+        .arg(&dir)
+        .output()
+        .expect("bash runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let (emu_gguf, emu_planes) = (dir.join("emu_gguf"), dir.join("emu"));
+    let layout_run = |gguf: &[u8], planes: &[u8], k: usize, m: usize| {
+        (
+            layout_rows(&emu_gguf, gguf, k, m),
+            layout_rows(&emu_planes, planes, k, m),
+        )
+    };
+    for (k, m, seed) in [(512usize, 13usize, 1u64), (2048, 9, 2), (4352, 11, 3)] {
+        let gguf = q6k_rows(k, m, seed);
+        let planes = lockstep_backend_cuda::plan::q6k_planar(&gguf).expect("whole blocks");
+        let (a, b) = layout_run(&gguf, &planes, k, m);
+        assert_eq!(a.len(), m, "k {k}: {a:?}");
+        assert_eq!(a, b, "k {k}: GGUF's blocks against the planes");
+        // Real values: finite, not all zero, and a warp a row equal to two rows a warp.
+        let mut nonzero = 0;
+        for line in &a {
+            let bits: Vec<u32> = line
+                .split_whitespace()
+                .skip(2)
+                .map(|h| u32::from_str_radix(h, 16).expect("hex"))
+                .collect();
+            assert_eq!(bits.len(), 2, "{line}");
+            assert_eq!(bits[0], bits[1], "{line}");
+            assert!(f32::from_bits(bits[0]).is_finite(), "{line}");
+            nonzero += usize::from(f32::from_bits(bits[0]) != 0.0);
+        }
+        assert!(nonzero > m / 2, "k {k}: {a:?}");
+        // One byte of the planes moved breaks it: the comparison can fail.
+        let mut bad = planes.clone();
+        bad[17] ^= 0x10;
+        let (a2, b2) = layout_run(&gguf, &bad, k, m);
+        assert_eq!(a2, a, "the GGUF build read the same file");
+        assert_ne!(a2, b2, "k {k}: a changed plane byte went unnoticed");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
