@@ -16,6 +16,7 @@ __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
 #include "../../crates/backend-cuda/src/kernels.cu"
 #include "../gemv_lab/lab_common.cuh"
+#include <string>
 
 __device__ __forceinline__ unsigned long long gtime() {
     unsigned long long t;
@@ -268,6 +269,99 @@ __global__ void __launch_bounds__(128) mmv_q4planar(const u8* W, const u8* W2, c
     }
 }
 
+// 32-value types in planes (lab): each 8 consecutive blocks hold their 16 (Q8_0: 2 x 16) quant
+// bytes as planes, then the small fields (Q4_1: d and m; Q5_0: qh, then d; Q8_0: d). The unit's
+// arithmetic is FastUnit's (the lab units derive from it and replace its load). The pool sits at
+// a multiple of the group's bytes.
+template <int TY>
+struct P32;
+template <>
+struct P32<T_Q4_1> : FastUnit<T_Q4_1> {
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 20;
+        int idx = (int)(((size_t)b / 20) & 7);
+        const u8* g = b - idx * 20;
+        uint4 v = ldw16(g + 16 * idx);
+        u32 dm = ldw4(g + 128 + 4 * idx);
+        d = h2f((u16)(dm & 0xFFFF));
+        m = h2f((u16)(dm >> 16));
+        q[0] = (int)v.x; q[1] = (int)v.y; q[2] = (int)v.z; q[3] = (int)v.w;
+    }
+};
+template <>
+struct P32<T_Q5_0> : FastUnit<T_Q5_0> {
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 22;
+        int idx = (int)(((size_t)b / 22) & 7);
+        const u8* g = b - idx * 22;
+        uint4 v4 = ldw16(g + 16 * idx);
+        u32 qh = ldw4(g + 128 + 4 * idx);
+        d = ldwh(g + 160 + 2 * idx);
+        int w[4] = {(int)v4.x, (int)v4.y, (int)v4.z, (int)v4.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int v = w[i];
+            q[i] = (v & 0x0F0F0F0F) | hb4(qh >> (4 * i));
+            q[4 + i] = ((v >> 4) & 0x0F0F0F0F) | hb4(qh >> (16 + 4 * i));
+        }
+    }
+};
+template <>
+struct P32<T_Q8_0> : FastUnit<T_Q8_0> {
+    __device__ __forceinline__ void load(const u8* row, int u) {
+        const u8* b = row + (size_t)u * 34;
+        int idx = (int)(((size_t)b / 34) & 7);
+        const u8* g = b - idx * 34;
+        uint4 a = ldw16(g + 16 * idx), c = ldw16(g + 128 + 16 * idx);
+        d = ldwh(g + 256 + 2 * idx);
+        q[0] = (int)a.x; q[1] = (int)a.y; q[2] = (int)a.z; q[3] = (int)a.w;
+        q[4] = (int)c.x; q[5] = (int)c.y; q[6] = (int)c.z; q[7] = (int)c.w;
+    }
+};
+
+// One loop for both units (UNIT = FastUnit<TY>: GGUF's blocks; P32<TY>: the planes): NR rows a
+// warp, PAIR a gate/up pair, the first unit's loads before the grid wait.
+template <class UNIT, int TY, int NR, bool PAIR>
+__global__ void __launch_bounds__(128) mmv_unit(const u8* W, const u8* W2, const signed char* xq, const Q8Blk* xd, float* y, float* y2, int k, int m) {
+    GRID_LAUNCH();
+    int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
+    if (r0 >= m) return;
+    int lane = threadIdx.x & 31;
+    int units = k / 32;
+    size_t rb = (size_t)units * block_bytes(TY);
+    float acc[NR], acc2[NR];
+#pragma unroll
+    for (int j = 0; j < NR; j++) acc[j] = acc2[j] = 0.0f;
+    auto unit = [&](int u, bool wait) {
+        UNIT w[NR], w2[PAIR ? NR : 1];
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) {
+                w[j].load(W + (size_t)(r0 + j) * rb, u);
+                if constexpr (PAIR) w2[j].load(W2 + (size_t)(r0 + j) * rb, u);
+            }
+        if (wait) GRID_WAIT();
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+            if (r0 + j < m) {
+                acc[j] = w[j].dot(xq, xd, u, acc[j]);
+                if constexpr (PAIR) acc2[j] = w2[j].dot(xq, xd, u, acc2[j]);
+            }
+    };
+    if (lane < units) unit(lane, true);
+    else GRID_WAIT();
+    for (int u = lane + 32; u < units; u += 32) unit(u, false);
+#pragma unroll
+    for (int j = 0; j < NR; j++) {
+        float v = warp_sum_fixed(acc[j]);
+        float v2 = PAIR ? warp_sum_fixed(acc2[j]) : 0.0f;
+        if (lane == 0 && r0 + j < m) {
+            y[r0 + j] = v;
+            if constexpr (PAIR) y2[r0 + j] = v2;
+        }
+    }
+}
+
 struct Mv {
     int kind;  // 0: mmv3 (q/k/v), 1: mmv, 2: gate/up pair, 3: mmv of planar Q6_K
     int ty;
@@ -280,13 +374,14 @@ static size_t rowb(int ty, int k) {
         case T_Q4_K: return (size_t)k / 256 * 144;
         case T_Q6_K: return (size_t)k / 256 * 210;
         case T_Q4_1: return (size_t)k / 32 * 20;
+        case T_Q5_0: return (size_t)k / 32 * 22;
         default: return (size_t)k / 32 * 34;  // Q8_0
     }
 }
 static size_t mv_bytes(const Mv& v) {
     size_t r = rowb(v.ty, v.k);
     if (v.kind == 0) return r * (v.m + v.m1 + v.m2);
-    if (v.kind == 2 || v.kind == 5) return r * v.m * 2;
+    if (v.kind == 2 || v.kind == 5 || ((v.kind == 6 || v.kind == 7) && v.m1 == 1)) return r * v.m * 2;
     return r * v.m;
 }
 
@@ -319,6 +414,27 @@ static void launch_mv(cudaStream_t s, bool pdl, const Mv& v, const u8* W, const 
                : v.ty == T_Q6_K ? (v.two ? mmv_fast2r_14 : mmv_fast1_14)
                                 : (v.two ? mmv_fast2r_3 : mmv_fast1_3);
         launch_pdl(s, pdl, k, dim3((v.m + rpb - 1) / rpb), dim3(128), W, b.xq, b.xd, b.y0, n1, v.k, v.m);
+    } else if (v.kind == 6 || v.kind == 7) {
+        bool pl = v.kind == 7, pair = v.m1 == 1;
+        dim3 g(v.two ? (v.m + 7) / 8 : (v.m + 3) / 4), t(128);
+        const u8* W2 = W + r * v.m;
+#define LAB_UNIT(TY)                                                                                           \
+        if (v.ty == TY) {                                                                                     \
+            if (pair) {                                                                                       \
+                if (pl) launch_pdl(s, pdl, mmv_unit<P32<TY>, TY, 1, true>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+                else launch_pdl(s, pdl, mmv_unit<FastUnit<TY>, TY, 1, true>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+            } else if (v.two) {                                                                               \
+                if (pl) launch_pdl(s, pdl, mmv_unit<P32<TY>, TY, 2, false>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+                else launch_pdl(s, pdl, mmv_unit<FastUnit<TY>, TY, 2, false>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+            } else {                                                                                          \
+                if (pl) launch_pdl(s, pdl, mmv_unit<P32<TY>, TY, 1, false>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+                else launch_pdl(s, pdl, mmv_unit<FastUnit<TY>, TY, 1, false>, g, t, W, W2, b.xq, b.xd, b.y0, b.y1, v.k, v.m); \
+            }                                                                                                 \
+        }
+        LAB_UNIT(T_Q4_1)
+        LAB_UNIT(T_Q5_0)
+        LAB_UNIT(T_Q8_0)
+#undef LAB_UNIT
     } else if (v.kind == 4) {
         if (v.two) launch_pdl(s, pdl, mmv_q4planar<2, false>, dim3((v.m + 7) / 8), dim3(128), W, W, b.xq, b.xd, b.y0, b.y1, v.k, v.m);
         else launch_pdl(s, pdl, mmv_q4planar<1, false>, dim3((v.m + 3) / 4), dim3(128), W, W, b.xq, b.xd, b.y0, b.y1, v.k, v.m);
@@ -436,6 +552,78 @@ int main(int argc, char** argv) {
     }
     unsigned* progress;
     CK(cudaMalloc(&progress, 4));
+    bool p32 = argc > 1 && strcmp(argv[1], "p32") == 0;
+    if (p32) {
+        const size_t AL = 29920;  // a multiple of every group: 160, 176, 272
+        size_t poolb = (size_t)2 << 30;
+        u8* pool0;
+        CK(cudaMalloc(&pool0, poolb + 2 * AL));
+        u8* pool = pool0 + (AL - (size_t)pool0 % AL) % AL;
+        fill_weights(pool, poolb);
+        // m1 == 1: a gate/up pair.
+        struct Sh { const char* name; int ty; int m, k; bool two; int pair; } shs[] = {
+            {"SmolLM2 q/k/v 960 x 576 Q4_1", T_Q4_1, 960, 576, false, 0},
+            {"SmolLM2 o 576 x 576 Q4_1", T_Q4_1, 576, 576, false, 0},
+            {"SmolLM2 gate+up 2 x 1536 x 576 Q4_1", T_Q4_1, 1536, 576, false, 1},
+            {"SmolLM2 down 576 x 1536 Q4_1", T_Q4_1, 576, 1536, false, 0},
+            {"SmolLM2 head 49152 x 576 Q8_0", T_Q8_0, 49152, 576, true, 0},
+            {"Gemma-3 q 1024 x 640 Q5_0", T_Q5_0, 1024, 640, false, 0},
+            {"Gemma-3 gate+up 2 x 2048 x 640 Q5_0", T_Q5_0, 2048, 640, false, 1},
+            {"Gemma-3 v 256 x 640 Q8_0", T_Q8_0, 256, 640, false, 0},
+            {"Gemma-3 head 262144 x 640 Q8_0", T_Q8_0, 262144, 640, true, 0},
+        };
+        for (auto& sh : shs) {
+            Mv probe{6, sh.ty, sh.m, sh.k, sh.pair, 0, sh.two};
+            size_t wb = mv_bytes(probe), step = ((wb + AL - 1) / AL) * AL;
+            // Offsets whole groups apart (a wrapped offset rounded down to one).
+            auto at = [&](int i) { size_t o = ((size_t)i * step) % (poolb - step); return pool + (o - o % AL); };
+            for (int kind : {6, 7, 6, 7}) {
+                float us = time_graph(40, [&](cudaStream_t st, int i, bool pdl) {
+                    Mv v{kind, sh.ty, sh.m, sh.k, sh.pair, 0, sh.two};
+                    launch_mv(st, pdl, v, at(i), b);
+                });
+                printf("%-38s %-7s %8.2f us %7.0f GB/s\n", sh.name, kind == 7 ? "planes" : "GGUF", us, wb / (us * 1e-6) / 1e9);
+            }
+        }
+        cudaFree(pool0);
+        // The chains: every mat-vec in the lab loop, GGUF's blocks against the planes.
+        Chain cs = {"SmolLM2-like, GGUF",
+                    {{6, T_Q4_1, 960, 576, 0, 0, false}, {6, T_Q4_1, 576, 576, 0, 0, false},
+                     {6, T_Q4_1, 1536, 576, 1, 0, false}, {6, T_Q4_1, 576, 1536, 0, 0, false}},
+                    {2500, 1000, 500, 1000}, {9, 1, 48, 1}, 30};
+        Chain cg = {"Gemma-3-like, GGUF",
+                    {{6, T_Q5_0, 1280, 640, 0, 0, false}, {6, T_Q8_0, 256, 640, 0, 0, false},
+                     {6, T_Q5_0, 2048, 640, 1, 0, false}},
+                    {3000, 1500, 1500}, {4, 1, 64}, 18};
+        for (Chain* c : {&cs, &cg}) {
+            Chain cp = *c;
+            for (auto& v : cp.layer) v.kind = 7;
+            std::string nm = std::string(c->name);
+            nm = nm.substr(0, nm.find(',')) + ", planes";
+            cp.name = strdup(nm.c_str());
+            size_t total = 0;
+            for (auto& v : c->layer) total += ((mv_bytes(v) + AL - 1) / AL) * AL;
+            total *= c->layers;
+            u8* wp0;
+            CK(cudaMalloc(&wp0, total + 2 * AL));
+            u8* wp = wp0 + (AL - (size_t)wp0 % AL) % AL;
+            fill_weights(wp, total);
+            std::vector<const u8*> wts;
+            size_t off = 0;
+            for (int l = 0; l < c->layers; l++)
+                for (auto& v : c->layer) { wts.push_back(wp + off); off += ((mv_bytes(v) + AL - 1) / AL) * AL; }
+            for (int round = 0; round < 2; round++)
+                for (const Chain* x : {(const Chain*)c, (const Chain*)&cp}) {
+                    for (bool spins : {false, true}) {
+                        Run run{spins ? "chain" : "mat-vecs only", spins, false, 0, 0, 0, 0};
+                        float us = time_chain(*x, run, wts, b, progress, nullptr, nullptr, 0);
+                        printf("  %-26s %-14s %9.1f us  %6.2f us a layer\n", x->name, run.label, us, us / x->layers);
+                    }
+                }
+            cudaFree(wp0);
+        }
+        return 0;
+    }
     bool q4 = argc > 1 && strcmp(argv[1], "q4") == 0;
     if (q4) {
         size_t poolb = (size_t)4 << 30;
@@ -453,7 +641,7 @@ int main(int argc, char** argv) {
         };
         for (auto& sh : shs) {
             size_t wb = rowb(T_Q4_K, sh.k) * sh.m * (sh.kind == 2 ? 2 : 1), step = ((wb + 1151) / 1152) * 1152;
-            auto at = [&](int i) { return pool + ((size_t)i * step) % (poolb - step); };
+            auto at = [&](int i) { size_t o = ((size_t)i * step) % (poolb - step); return pool + (o - o % 1152); };
             for (int variant = 0; variant < 2; variant++) {
                 bool planar = variant == 1;
                 int kind = sh.kind == 2 ? (planar ? 5 : 2) : (planar ? 4 : 1);
