@@ -7,11 +7,19 @@
 // (kernels.cu, included as NVRTC compiles it) and stand-ins for the weight-free kernels (a
 // wait, then a fixed spin, then the next launch let go, as residual_norm does), in the shapes
 // of the 8B and of SmolLM2, each layer's weights its own. It times the chain's graph (median
-// of 7 replays) alone, and with a streamer: one warp on a parallel branch of the same graph that
-// asks L2 for the weights ahead of the chain (`cp.async.bulk.prefetch.L2`), at most a window
+// of 7 replays) alone, and with a streamer: warps on a parallel branch of the same graph that
+// ask L2 for the weights ahead of the chain (`cp.async.bulk.prefetch.L2`), at most a window
 // past the start of the mat-vec the chain has reached (a counter the stand-ins set).
+// Modes (the first argument), each a question of session 27 (BENCHMARKS.md):
+//   (none)  the streamer, and a probe of the bulk prefetch (not built: no gain on the 8B)
+//   q6      Q6_K mat-vecs in GGUF's blocks against planes, alone and in the 8B chain (kept:
+//           plan::q6k_planar)
+//   q4      the same for Q4_K (gained here, not in the step: not kept)
+//   p32     the same for Q4_1, Q5_0, Q8_0 (no gain: not built)
+// Compiled on the development machine (nvcc from pip, static runtime) and carried:
 //   nvcc -arch=sm_90 -O3 --fmad=false -std=c++17 -diag-suppress 128,177,550 \
-//       -o /tmp/l2_stream bench/stream_lab/l2_stream.cu && /tmp/l2_stream
+//       -o .device/lab/l2_stream bench/stream_lab/l2_stream.cu
+// (bench/session27_gpu.sh runs it: LAB_ARGS=q6 bash bench/session27_gpu.sh.)
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
 #include "../../crates/backend-cuda/src/kernels.cu"
