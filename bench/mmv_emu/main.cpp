@@ -60,6 +60,36 @@ static Weights weights(std::mt19937& rng, int k, int m) {
     return w;
 }
 
+// A quantized activation row of k values: random int8, small block scales, the blocks' sums.
+static void activation(std::mt19937& rng, int k, std::vector<signed char>& xq, std::vector<Q8Blk>& xd) {
+    xq.assign(k, 0);
+    xd.assign(k / 32, Q8Blk{});
+    for (auto& v : xq) v = (signed char)(rng() % 255 - 127);
+    for (int b = 0; b < k / 32; b++) {
+        int s = 0;
+        for (int i = 0; i < 32; i++) s += xq[b * 32 + i];
+        xd[b] = Q8Blk{0.001f * (float)(1 + rng() % 50), s};
+    }
+}
+
+// The m rows of w against the activation, a warp a row (mmv_fast1: four warps a block) into one
+// and two rows a warp (mmv_fast2r) into two.
+template <int TY>
+static void both_ways(const u8* w, const std::vector<signed char>& xq, const std::vector<Q8Blk>& xd, int k, int m,
+                      std::vector<float>& one, std::vector<float>& two) {
+    one.assign(m, NAN);
+    two.assign(m, NAN);
+    launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+        int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+        if (r < m)
+            fast_rows<TY, 1, false, true>(w, nullptr, xq.data(), xd.data(), one.data(), nullptr, nullptr, 0, k, m, r, 0, 0.0);
+    });
+    launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
+        int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
+        if (r0 < m) fast_rows_nr<TY, 2>(w, xq.data(), xd.data(), two.data(), k, m, r0);
+    });
+}
+
 template <int TY>
 static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     int fails = 0;
@@ -70,27 +100,11 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     for (int k : ks) {
         for (int m : {13, 24}) {
             auto w = weights<TY>(rng, k, m);
-            std::vector<signed char> xq(k);
-            std::vector<Q8Blk> xd(k / 32);
-            for (auto& v : xq) v = (signed char)(rng() % 255 - 127);
-            for (int b = 0; b < k / 32; b++) {
-                int s = 0;
-                for (int i = 0; i < 32; i++) s += xq[b * 32 + i];
-                xd[b] = Q8Blk{0.001f * (float)(1 + rng() % 50), s};
-            }
-            std::vector<float> one(m, NAN), two(m, NAN);
-            // mmv_fast1: a warp a row, four warps a block.
-            launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
-                int r = blockIdx.x * 4 + (threadIdx.x >> 5);
-                if (r < m)
-                    fast_rows<TY, 1, false, true>(w.data(), nullptr, xq.data(), xd.data(), one.data(),
-                                                  nullptr, nullptr, 0, k, m, r, 0, 0.0);
-            });
-            // mmv_fast2r: two rows a warp.
-            launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
-                int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
-                if (r0 < m) fast_rows_nr<TY, 2>(w.data(), xq.data(), xd.data(), two.data(), k, m, r0);
-            });
+            std::vector<signed char> xq;
+            std::vector<Q8Blk> xd;
+            activation(rng, k, xq, xd);
+            std::vector<float> one, two;
+            both_ways<TY>(w.data(), xq, xd, k, m, one, two);
             if (perturb) {
                 unsigned u; std::memcpy(&u, &two[m / 2], 4); u ^= 1; std::memcpy(&two[m / 2], &u, 4);
             }
@@ -119,29 +133,17 @@ static int layout(const char* path, int k, int m) {
     std::vector<u8> bytes;
     for (int c; (c = fgetc(f)) != EOF;) bytes.push_back((u8)c);
     fclose(f);
+    // At a multiple of the plane group, with a group's slack and the device's padding after.
     const size_t A = 1680;
     std::vector<u8> store(bytes.size() + A + 1680 + 16, 0);
     u8* w = store.data() + (A - (size_t)store.data() % A) % A;
     std::memcpy(w, bytes.data(), bytes.size());
     std::mt19937 rng(5);
-    std::vector<signed char> xq(k);
-    std::vector<Q8Blk> xd(k / 32);
-    for (auto& v : xq) v = (signed char)(rng() % 255 - 127);
-    for (int b = 0; b < k / 32; b++) {
-        int s = 0;
-        for (int i = 0; i < 32; i++) s += xq[b * 32 + i];
-        xd[b] = Q8Blk{0.001f * (float)(1 + rng() % 50), s};
-    }
-    std::vector<float> one(m, NAN), two(m, NAN);
-    launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
-        int r = blockIdx.x * 4 + (threadIdx.x >> 5);
-        if (r < m)
-            fast_rows<T_Q6_K, 1, false, true>(w, nullptr, xq.data(), xd.data(), one.data(), nullptr, nullptr, 0, k, m, r, 0, 0.0);
-    });
-    launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
-        int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
-        if (r0 < m) fast_rows_nr<T_Q6_K, 2>(w, xq.data(), xd.data(), two.data(), k, m, r0);
-    });
+    std::vector<signed char> xq;
+    std::vector<Q8Blk> xd;
+    activation(rng, k, xq, xd);
+    std::vector<float> one, two;
+    both_ways<T_Q6_K>(w, xq, xd, k, m, one, two);
     for (int r = 0; r < m; r++) {
         unsigned a, b;
         std::memcpy(&a, &one[r], 4);
