@@ -3486,6 +3486,22 @@ NORM_FUSED(14)
         NORM_MMV3_CALL(TY, TYV)                                                                   \
     }
 MIXED_QKV_FOR(NORM_MMV3_MIXED)
+// The same pairs for a decode q/k/v whose norm runs on its own (rows longer than
+// NORM_FUSED_MAX: Llama's): mmv3_fast2r_<TY>'s rows, the v rows of TYV two a warp as well
+// (fast_rows_nr<TYV, 2>, bitwise mmv_fast1_<TYV>'s, as every two-row warp is), so such a layer's
+// v is not a launch of its own on the step's chain (plan::qkv_mixed_one_launch).
+#define MMV3_MIXED_2R(TY, TYV)                                                                    \
+    extern "C" __global__ void __launch_bounds__(128)                                             \
+        mmv3_fast2r_##TY##_##TYV(const u8* W0, const u8* W1, const u8* W2, const signed char* xq, \
+                                 const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,  \
+                                 int m0, int m1, int m2) {                                        \
+        GRID_LAUNCH();                                                                            \
+        int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                        \
+        if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);                                \
+        else if (r < m0 + m1) fast_rows_nr<TY, 2>(W1, xq, xd, y1, k, m1, r - m0);                 \
+        else if (r < m0 + m1 + m2) fast_rows_nr<TYV, 2>(W2, xq, xd, y2, k, m2, r - m0 - m1);      \
+    }
+MIXED_QKV_FOR(MMV3_MIXED_2R)
 NORM_FUSED_Q8(2)
 NORM_FUSED_Q8(3)
 NORM_FUSED_Q8(6)

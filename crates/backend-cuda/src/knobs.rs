@@ -17,6 +17,7 @@
 //! | `GATE_UP_Q8=0` | 32-row gate/up blocks quantize for the down projection | a separate quantizer |
 //! | `NORM_GATE_UP_Q8=1` | norm-fused gate/up on 8-row blocks, then the quantizer | 32-row quantizing blocks |
 //! | `MIXED_QKV=0` | q/k and a v of another type in one norm-fused launch | v alone |
+//! | `MIXED_QKV_2R=0` | the same for a q/k/v after its own norm (Llama's rows), two rows a warp | v alone |
 //! | `TWO_ROWS=0\|N`, `TWO_ROWS_QKV=0` | two weight rows a warp from `plan::TWO_ROWS_MIN` rows | a warp a row, or from N rows |
 //! | `LAUNCH_AT_ENTRY=1` (kernel define) | the norms let the next kernel launch after their loads | at their entry |
 //! | `Q8_SHUFFLE=1` (kernel define) | `redux.sync` in the activation quantization | shuffles |
@@ -183,6 +184,14 @@ pub(crate) fn attention_head_split_knob() -> bool {
 pub(crate) fn rope_attention_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ROPE_ATTN").map_or(true, |v| v != "0"))
+}
+
+/// Whether a decode q/k/v with v of another type and its norm on its own (rows over
+/// `plan::NORM_FUSED_MAX`) runs as one launch (`plan::qkv_mixed_one_launch`);
+/// `LOCKSTEP_CUDA_MIXED_QKV_2R=0` runs v as a launch of its own (the same values bitwise).
+pub(crate) fn mixed_qkv_two_rows_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV_2R").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row `residual_norm_then` runs its norm inside the consumer's kernel

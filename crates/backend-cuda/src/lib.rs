@@ -309,6 +309,8 @@ struct Kernels {
     norm_mm3: Vec<(i32, CudaFunction)>,
     /// One-row norm-fused q/k/v of two types, by (q and k type, v type) (`plan::MIXED_QKV`).
     mixed_mm3: Vec<((i32, i32), CudaFunction)>,
+    /// The same pairs without the norm, two rows a warp (`mmv3_fast2r_<q>_<v>`).
+    mixed_mm3_2r: Vec<((i32, i32), CudaFunction)>,
     norm_gu: Vec<(i32, CudaFunction)>,
     norm_gu_q8: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
@@ -882,12 +884,14 @@ impl CudaBackend {
         let mut fast_gu_q8 = Vec::new();
         let mut norm_mm3 = Vec::new();
         let mut mixed_mm3 = Vec::new();
+        let mut mixed_mm3_2r = Vec::new();
         for &(qk, v) in plan::MIXED_QKV {
             let (a, b) = (qk.id(), v.id());
             mixed_mm3.push((
                 (a as i32, b as i32),
                 f(&format!("norm_mmv3_fast1_{a}_{b}"))?,
             ));
+            mixed_mm3_2r.push(((a as i32, b as i32), f(&format!("mmv3_fast2r_{a}_{b}"))?));
         }
         let mut norm_gu = Vec::new();
         let mut norm_gu_q8 = Vec::new();
@@ -967,6 +971,7 @@ impl CudaBackend {
             fast_gu_q8,
             norm_mm3,
             mixed_mm3,
+            mixed_mm3_2r,
             norm_gu,
             norm_gu_q8,
             quantize_q8: f("quantize_q8_32")?,
@@ -2535,11 +2540,27 @@ impl CudaBackend {
     /// `matmul` of one activation against up to three weights of one type with a fast kernel
     /// and one row length, in one launch (each product bitwise what `matmul_fast` gives).
     fn matmul_fast_multi(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Vec<CudaTensor> {
+        self.matmul_fast_multi_with(x, ws, None)
+    }
+
+    /// `matmul_fast_multi`, or with `mixed` (`mmv3_fast2r_<q>_<v>`, one activation row) q/k/v
+    /// whose v is of another type, two rows a warp.
+    fn matmul_fast_multi_with(
+        &self,
+        x: &CudaTensor,
+        ws: &[&CudaWeight],
+        mixed: Option<&CudaFunction>,
+    ) -> Vec<CudaTensor> {
         let (n, k) = (x.rows, x.cols);
         let Some((_, f)) = self.k.fast_mm3.iter().find(|(id, _)| *id == ws[0].desc.id) else {
             unreachable!("callers check the type has a fast kernel")
         };
-        assert!(ws.len() <= 3 && ws.iter().all(|w| w.cols == k && w.desc == ws[0].desc));
+        let same_type = |w: &&CudaWeight| w.desc == ws[0].desc;
+        assert!(ws.len() <= 3 && ws.iter().all(|w| w.cols == k));
+        assert!(match mixed {
+            None => ws.iter().all(same_type),
+            Some(_) => n == 1 && ws.len() == 3 && ws[..2].iter().all(same_type),
+        });
         let mut outs: Vec<CudaSlice<f32>> = ws
             .iter()
             .map(|w| self.alloc_f32("matmul", n * w.rows))
@@ -2556,8 +2577,10 @@ impl CudaBackend {
             let (qv, dv) = (buf.slice(..n * k), buf.slice(n * k..plan::q8_bytes(n, k)));
             // Two rows a warp keeps a warp's rows in one weight: q's and k's row counts even.
             let even = m[0] % 2 == 0 && m[1] % 2 == 0;
-            let (kernel, (gx, gy)) =
-                f.launch_for(ws[0].desc.id, (n, k, total), even && two_rows_qkv_knob());
+            let (kernel, (gx, gy)) = match mixed {
+                Some(kernel) => (kernel, (plan::fast_two_rows_grid(total), 1)),
+                None => f.launch_for(ws[0].desc.id, (n, k, total), even && two_rows_qkv_knob()),
+            };
             let (ni, ki) = (n as i32, k as i32);
             let null = 0u64;
             let mut b = self.stream.launch_builder(kernel);
@@ -3696,9 +3719,27 @@ impl Backend for CudaBackend {
             };
             return (q, k, v);
         }
-        // v of another type (Q4_K_M files keep some layers' v in Q6_K): q and k together, v
-        // alone. (A two-type launch here, as `residual_norm_then` runs for short rows, made
-        // Llama-8B's decode 1% slower on the H100, BENCHMARKS.md session 15.)
+        // v of another type (Q4_K_M files keep some layers' v in Q6_K): one row in one launch,
+        // two rows a warp (plan::qkv_mixed_one_launch); else q and k together, v alone.
+        let ms = [wq.rows, wk.rows, wv.rows];
+        let mixed = self
+            .k
+            .mixed_mm3_2r
+            .iter()
+            .find(|(pair, _)| *pair == (wq.desc.id, wv.desc.id))
+            .map(|(_, f)| f)
+            .filter(|_| {
+                one_launch(wv) && plan::qkv_mixed_one_launch(n, ms, mixed_qkv_two_rows_knob())
+            });
+        if let Some(kernel) = mixed {
+            let mut o = self
+                .matmul_fast_multi_with(x, &[wq, wk, wv], Some(kernel))
+                .into_iter();
+            let (Some(q), Some(k), Some(v)) = (o.next(), o.next(), o.next()) else {
+                unreachable!("three weights, three products")
+            };
+            return (q, k, v);
+        }
         let mut o = self.matmul_fast_multi(x, &[wq, wk]).into_iter();
         let (Some(q), Some(k)) = (o.next(), o.next()) else {
             unreachable!("two weights, two products")

@@ -148,6 +148,18 @@ pub const MIXED_QKV: &[(GgmlType, GgmlType)] = &[
     (GgmlType::Q5K, GgmlType::Q6K),
 ];
 
+/// Whether a decode q/k/v with v of another type (a [`MIXED_QKV`] pair `(qk, v)`) runs as one
+/// launch, `mmv3_fast2r_<qk>_<v>`: one activation row, q's and k's row counts even (a warp's
+/// two rows are rows of one weight), and the knob (`LOCKSTEP_CUDA_MIXED_QKV_2R=0`: q and k
+/// together, v a launch of its own). Each row's arithmetic is the two-row warps', so every
+/// value is bitwise the separate launches'.
+pub fn qkv_mixed_one_launch(n: usize, ms: [usize; 3], knob: bool) -> bool {
+    knob && n == 1
+        && ms[0].is_multiple_of(2)
+        && ms[1].is_multiple_of(2)
+        && ms.iter().all(|&m| m > 0)
+}
+
 /// Whether fast numerics quantize the activations of a matmul against a weight of type `id`.
 pub fn fast_quantizes(id: i32) -> bool {
     ![GgmlType::F32, GgmlType::F16, GgmlType::Bf16]
@@ -1114,6 +1126,23 @@ mod tests {
         assert!(!use_row_attention(Auto, 65, 64, 64));
         assert!(use_row_attention(Row, 512, 1, 256));
         assert!(!use_row_attention(Tile, 1, 1, 64));
+    }
+
+    #[test]
+    fn a_mixed_qkv_is_one_launch_only_for_one_row_of_whole_warp_pairs() {
+        // Llama-3.1-8B's q/k/v (4096 / 1024 / 1024 rows), Llama-3.2-1B's (2048 / 512 / 512).
+        assert!(qkv_mixed_one_launch(1, [4096, 1024, 1024], true));
+        assert!(qkv_mixed_one_launch(1, [2048, 512, 513], true));
+        assert!(!qkv_mixed_one_launch(1, [4096, 1024, 1024], false));
+        assert!(!qkv_mixed_one_launch(2, [4096, 1024, 1024], true));
+        // An odd q or k would give a warp a row of each weight.
+        assert!(!qkv_mixed_one_launch(1, [2047, 512, 512], true));
+        assert!(!qkv_mixed_one_launch(1, [2048, 511, 512], true));
+        assert!(!qkv_mixed_one_launch(1, [2048, 512, 0], true));
+        // Every row a warp pair covers is a row of the grid.
+        let ms = [2048usize, 512, 513];
+        let total: usize = ms.iter().sum();
+        assert!(fast_two_rows_grid(total) as usize * 2 * (FAST_THREADS as usize / 32) >= total);
     }
 
     #[test]

@@ -1932,13 +1932,16 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         [GgmlType::Q8_0; 3],
         [GgmlType::Q4K; 3],
         [GgmlType::Q4K, GgmlType::Q4K, GgmlType::Q6K],
+        [GgmlType::Q5K, GgmlType::Q5K, GgmlType::Q6K],
+        [GgmlType::Q5_0, GgmlType::Q5_0, GgmlType::Q8_0],
         [GgmlType::Q6K, GgmlType::Q5K, GgmlType::Q6K],
         [GgmlType::F32; 3],
     ] {
         for n in [1usize, 3] {
             h.qkv_case(tys, n, 256, [96, 32, 32]);
         }
-        // One row against 2048 q rows (cuda: two rows a warp; an odd v, its last warp one row).
+        // One row against 2048 q rows (cuda: two rows a warp; an odd v, its last warp one row;
+        // v of another type in the same launch, plan::qkv_mixed_one_launch).
         h.qkv_case(tys, 1, 256, [2048, 512, 513]);
     }
     // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
