@@ -554,8 +554,14 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
     uint4* wsm = smem + (size_t)warp * 8 * SEG_WORDS;
     int chunks = k >> 3;
     int nblocks = k / BS;
-    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously).
+    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously). Q6_K is
+    // decoded from global memory (below), so nothing is copied: the group is committed empty
+    // and the waits keep their count.
     auto stage = [&](int sb, int buf) {
+        if constexpr (TY == T_Q6_K) {
+            cp_async_commit();
+            return;
+        }
         int nb = min(SEG_BLOCKS, nblocks - sb);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
