@@ -322,8 +322,9 @@ pub fn residual_fits(g: usize) -> bool {
 /// (`attention_decode_rope_<D>`, `Backend::rope_store_attention`), by head size. Heads of 64 and
 /// 128 values: one launch fewer a layer, SmolLM2 +7-11% tg128, the 8B +0.3-2.4%, Llama-3.2-1B
 /// within its spread (-0.7% to +1.6%). Not Gemma-3's 256 (with its per-head norms): the fused
-/// blocks of 512 threads lost 1-4% against the two kernels (BENCHMARKS.md, session 17), so that
-/// instance is not built.
+/// blocks of 512 threads lost 1-4% against the two kernels (BENCHMARKS.md, session 17), and
+/// again 0.8-4.2% with the heads normed at once (session 28: 121 registers a thread, so a block
+/// needs an SM the q/k/v launch has left entirely), so that instance is not built.
 pub fn rope_attention_fuses(head_dim: usize) -> bool {
     head_dim == 64 || head_dim == 128
 }
