@@ -1864,11 +1864,20 @@ template <int D, int THREADS>
 __device__ __forceinline__ void attention_decode_rope_stage(
     const float* q, const RopeFused& rf, const double* s_cs, float (&wq)[RopeNorm<D>::NV],
     float (&wk)[RopeNorm<D>::NV], float* stage, float* s_q, float* s_knew, int row, int kh, int h0, int hpb, int group,
-    int n_heads, int n_kv_heads) {
+    int n_heads, int n_kv_heads, u32 own_slot) {
     constexpr int NB = RopeNorm<D>::NB, NV = RopeNorm<D>::NV;
+    static_assert(D <= THREADS, "a thread a value of the row's v");
     int tid = threadIdx.x;
     int q_dim = n_heads * D, kv_dim = n_kv_heads * D;
     bool leader = h0 == 0;
+    bool store = true;
+#ifdef FAULT_KV_SKIP_PREFILL
+    if (rf.n_rows > 1) store = false;  // as rope_store's seeded fault
+#endif
+    // The leader's copy of the row's v to the cache: loaded with the stage below (one round
+    // trip after the wait, not a second one before the block's last barrier), stored after it.
+    bool v_copy = leader && store && tid < D;
+    float v_own = v_copy ? __ldcg(rf.v + (size_t)row * kv_dim + (size_t)kh * D + tid) : 0.0f;
     auto head_at = [&](int i) -> size_t {
         return i == hpb ? (size_t)row * kv_dim + (size_t)kh * D
                         : (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D;
@@ -1898,11 +1907,7 @@ __device__ __forceinline__ void attention_decode_rope_stage(
         for (int i = 0; i < hpb; i++) norm_head(i, wq, rf.qn);
     if (rf.kw != nullptr) norm_head(hpb, wk, leader ? rf.kn : nullptr);
     __syncthreads();
-    bool store = true;
-#ifdef FAULT_KV_SKIP_PREFILL
-    if (rf.n_rows > 1) store = false;  // as rope_store's seeded fault
-#endif
-    size_t dst = (rf.store_base + __ldcg(rf.new_slots + row)) * kv_dim + (size_t)kh * D;
+    size_t dst = (rf.store_base + own_slot) * kv_dim + (size_t)kh * D;
     for (int x = tid; x < (hpb + 1) * D; x += THREADS) {
         int i = x / D, d = x - i * D;
         float rv = rope_elem(stage + i * D, s_cs, d, rf.half, rf.style);
@@ -1917,9 +1922,7 @@ __device__ __forceinline__ void attention_decode_rope_stage(
             }
         }
     }
-    if (leader && store)
-        for (int d = tid; d < D; d += THREADS)
-            rf.vcw[dst + d] = __ldcg(rf.v + (size_t)row * kv_dim + (size_t)kh * D + d);
+    if (v_copy) rf.vcw[dst + tid] = v_own;
     __syncthreads();
 }
 
@@ -1995,7 +1998,12 @@ __device__ __forceinline__ void attention_decode_body(
         if (EARLY_V && jj < n && s_vis[jj] && lo + jj < pos)
             vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
     }
-    if constexpr (ROPE) attention_decode_rope_early<D, THREADS>(rf, s_cs, wq, wk, row);
+    // The row's new slot: a step table, staged before the step's kernels run.
+    u32 own_slot = 0;
+    if constexpr (ROPE) {
+        attention_decode_rope_early<D, THREADS>(rf, s_cs, wq, wk, row);
+        own_slot = __ldcg(rf.new_slots + row);
+    }
     GRID_WAIT();
     EARLY_LAUNCH();
     if constexpr (ROPE && EARLY_V) {
@@ -2017,7 +2025,7 @@ __device__ __forceinline__ void attention_decode_body(
     if constexpr (ROPE) {
         // rope_store's work for this block's heads; the row's own key is then s_knew's.
         attention_decode_rope_stage<D, THREADS>(q, rf, s_cs, wq, wk, s_a, s_q, s_knew, row, kh, h0,
-                                                hpb, group, n_heads, n_kv_heads);
+                                                hpb, group, n_heads, n_kv_heads, own_slot);
         if (kin && lo + kj >= pos) {
 #pragma unroll
             for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s_knew + hf * PART))[c];
