@@ -3216,6 +3216,19 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
     TL_MARK(9);
 }
 
+// q, k and v two rows a warp: q's and k's rows of type TY, v's of TYV (mmv3_fast2r_<TY> with
+// TYV = TY; mmv3_fast2r_<TY>_<TYV> for the plan::MIXED_QKV pairs, below).
+template <int TY, int TYV>
+__device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const u8* W2,
+                                              const signed char* xq, const Q8Blk* xd, float* y0,
+                                              float* y1, float* y2, int k, int m0, int m1, int m2) {
+    GRID_LAUNCH();
+    int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;
+    if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);
+    else if (r < m0 + m1) fast_rows_nr<TY, 2>(W1, xq, xd, y1, k, m1, r - m0);
+    else if (r < m0 + m1 + m2) fast_rows_nr<TYV, 2>(W2, xq, xd, y2, k, m2, r - m0 - m1);
+}
+
 // mmv_fast1_<id> and mmv3_fast1_<id> with two weight rows a warp (fast_rows_nr;
 // plan::fast_two_rows picks them, for one activation row: n is 1). mmv3's host gives m0 and m1
 // even, so a warp's two rows are rows of one weight. (gate_up_fast1 two rows a warp, 145
@@ -3233,11 +3246,7 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
         mmv3_fast2r_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,       \
                          const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,        \
                          int m0, int m1, int m2) {                                              \
-        GRID_LAUNCH();                                                                          \
-        int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                      \
-        if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);                              \
-        else if (r < m0 + m1) fast_rows_nr<TY, 2>(W1, xq, xd, y1, k, m1, r - m0);               \
-        else if (r < m0 + m1 + m2) fast_rows_nr<TY, 2>(W2, xq, xd, y2, k, m2, r - m0 - m1);     \
+        mmv3_two_rows<TY, TY>(W0, W1, W2, xq, xd, y0, y1, y2, k, m0, m1, m2);                   \
     }
 
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the
@@ -3509,11 +3518,7 @@ MIXED_QKV_FOR(NORM_MMV3_MIXED)
         mmv3_fast2r_##TY##_##TYV(const u8* W0, const u8* W1, const u8* W2, const signed char* xq, \
                                  const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,  \
                                  int m0, int m1, int m2) {                                        \
-        GRID_LAUNCH();                                                                            \
-        int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                        \
-        if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);                                \
-        else if (r < m0 + m1) fast_rows_nr<TY, 2>(W1, xq, xd, y1, k, m1, r - m0);                 \
-        else if (r < m0 + m1 + m2) fast_rows_nr<TYV, 2>(W2, xq, xd, y2, k, m2, r - m0 - m1);      \
+        mmv3_two_rows<TY, TYV>(W0, W1, W2, xq, xd, y0, y1, y2, k, m0, m1, m2);                    \
     }
 MIXED_QKV_FOR(MMV3_MIXED_2R)
 NORM_FUSED_Q8(2)

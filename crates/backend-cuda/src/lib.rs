@@ -2527,14 +2527,9 @@ impl CudaBackend {
     /// The norm-fused one-row q/k/v kernel for q and k of `wqk`'s type and v of `wv`'s, where
     /// `plan::MIXED_QKV` has the pair.
     fn mixed_qkv(&self, wqk: &CudaWeight, wv: &CudaWeight) -> Option<&CudaFunction> {
-        if !mixed_qkv_knob() {
-            return None;
-        }
-        self.k
-            .mixed_mm3
-            .iter()
-            .find(|(pair, _)| *pair == (wqk.desc.id, wv.desc.id))
-            .map(|(_, fused)| fused)
+        mixed_qkv_knob()
+            .then(|| mixed_pair(&self.k.mixed_mm3, wqk, wv))
+            .flatten()
     }
 
     /// `matmul` of one activation against up to three weights of one type with a fast kernel
@@ -3722,15 +3717,9 @@ impl Backend for CudaBackend {
         // v of another type (Q4_K_M files keep some layers' v in Q6_K): one row in one launch,
         // two rows a warp (plan::qkv_mixed_one_launch); else q and k together, v alone.
         let ms = [wq.rows, wk.rows, wv.rows];
-        let mixed = self
-            .k
-            .mixed_mm3_2r
-            .iter()
-            .find(|(pair, _)| *pair == (wq.desc.id, wv.desc.id))
-            .map(|(_, f)| f)
-            .filter(|_| {
-                one_launch(wv) && plan::qkv_mixed_one_launch(n, ms, mixed_qkv_two_rows_knob())
-            });
+        let mixed = mixed_pair(&self.k.mixed_mm3_2r, wq, wv).filter(|_| {
+            one_launch(wv) && plan::qkv_mixed_one_launch(n, ms, mixed_qkv_two_rows_knob())
+        });
         if let Some(kernel) = mixed {
             let mut o = self
                 .matmul_fast_multi_with(x, &[wq, wk, wv], Some(kernel))
@@ -4606,6 +4595,19 @@ fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
     } else {
         plan::ATT_TILE_SMEM
     }
+}
+
+/// The kernel of a two-type q/k/v table (`plan::MIXED_QKV`) for q and k of `wqk`'s type and v of
+/// `wv`'s, where the table has the pair.
+fn mixed_pair<'a>(
+    table: &'a [((i32, i32), CudaFunction)],
+    wqk: &CudaWeight,
+    wv: &CudaWeight,
+) -> Option<&'a CudaFunction> {
+    table
+        .iter()
+        .find(|(pair, _)| *pair == (wqk.desc.id, wv.desc.id))
+        .map(|(_, f)| f)
 }
 
 /// The flash kernels, each allowed the dynamic shared memory of its largest block (beyond the
