@@ -39,8 +39,17 @@ __device__ __forceinline__ unsigned long long tl_now() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// LOCKSTEP_TL_LAST (a diagnostic define, LOCKSTEP_CUDA_DEFINES=LOCKSTEP_TL_LAST): the grid's
+// last block, the last one dispatched, stamps instead of the first, so a second timeline says
+// how far a kernel's slowest-placed block trails its first (session 29: the 8B's decode
+// attention, whose blocks find no SM room until the q/k/v mat-vec drains).
 __device__ __forceinline__ bool tl_first() {
+#ifdef LOCKSTEP_TL_LAST
+    return (threadIdx.x | threadIdx.y | threadIdx.z) == 0 && blockIdx.x == gridDim.x - 1 &&
+           blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1;
+#else
     return (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+#endif
 }
 // The record index and release time of this block's kernel (first thread only).
 struct TlSelf {
