@@ -148,6 +148,18 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define LATE_LAUNCH()
 #define EARLY_LAUNCH() GRID_LAUNCH()
 #endif
+// The decode attention without rope_store's work (`attention_decode_<D>`: by default only
+// Gemma-3's heads of 256, which load no V before their wait) lets the next kernel launch at its
+// grid wait: on the H200 (session 29e) Gemma-3 gained 2.1-2.4% tg128 that way, while the
+// rope-fused kernels and the quantizer lost 1-3% on the other shapes. LOCKSTEP_ATTN_PLAIN_LATE
+// (LOCKSTEP_CUDA_ATTN_PLAIN_LATE=1) launches it after the scores, as before.
+#if defined(LOCKSTEP_ATTN_PLAIN_LATE) || defined(LOCKSTEP_EARLY_LAUNCH)
+#define PLAIN_ATT_EARLY_LAUNCH() EARLY_LAUNCH()
+#define PLAIN_ATT_LATE_LAUNCH() LATE_LAUNCH()
+#else
+#define PLAIN_ATT_EARLY_LAUNCH() GRID_LAUNCH()
+#define PLAIN_ATT_LATE_LAUNCH()
+#endif
 
 // Type ids are GGUF's (ggml_type).
 #define T_F32 0
@@ -2014,7 +2026,11 @@ __device__ __forceinline__ void attention_decode_body(
         own_slot = __ldcg(rf.new_slots + row);
     }
     GRID_WAIT();
-    EARLY_LAUNCH();
+    if constexpr (ROPE) {
+        EARLY_LAUNCH();
+    } else {
+        PLAIN_ATT_EARLY_LAUNCH();
+    }
     if constexpr (ROPE && EARLY_V) {
         // The row's own value: v's (the cache row is one block's to write), bitwise what
         // reaches the cache, loaded now (where the other rows' are in registers already; heads
@@ -2066,7 +2082,11 @@ __device__ __forceinline__ void attention_decode_body(
         }
     }
     __syncthreads();
-    LATE_LAUNCH();
+    if constexpr (ROPE) {
+        LATE_LAUNCH();
+    } else {
+        PLAIN_ATT_LATE_LAUNCH();
+    }
     TL_MARK(6);
     for (int i = warp; i < hpb; i += THREADS / 32) {
         int h = att_query_head(kh, h0 + i, group, n_kv_heads);

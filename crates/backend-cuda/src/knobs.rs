@@ -22,6 +22,7 @@
 //! | `LAUNCH_AT_ENTRY=1` (kernel define) | the norms let the next kernel launch after their loads | at their entry |
 //! | `Q8_SHUFFLE=1` (kernel define) | `redux.sync` in the activation quantization | shuffles |
 //! | `LATE_LAUNCH=0` (kernel define) | the next kernel launched after the loads | at the grid wait |
+//! | `ATTN_PLAIN_LATE=1` (kernel define) | the decode attention without rope (heads of 256) launches the next kernel at its grid wait | after its scores |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
 //! | `Q6K_PLANAR=0` (kernel define + upload) | Q6_K weights on the device in planes (`plan::q6k_planar`) | GGUF's 210-byte blocks |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
@@ -59,6 +60,11 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     // grid wait (kernels.cu, LATE_LAUNCH).
     if on("LOCKSTEP_CUDA_LATE_LAUNCH", "0") {
         d.push("-DLOCKSTEP_EARLY_LAUNCH");
+    }
+    // The decode attention without rope_store's work letting the next kernel launch after its
+    // scores instead of at its grid wait (kernels.cu, PLAIN_ATT_EARLY_LAUNCH).
+    if on("LOCKSTEP_CUDA_ATTN_PLAIN_LATE", "1") {
+        d.push("-DLOCKSTEP_ATTN_PLAIN_LATE");
     }
     // Q6_K weights read in GGUF's blocks (kernels.cu, q6p_at), as uploaded then; for every
     // build, exact and fast, since a process uploads its weights one way.
