@@ -32,7 +32,8 @@
 //! | `BATCH_UPLOADS=0` | a replay's tables in one copy | a copy each |
 //!
 //! Tools, not choices: `PROFILE`, `TIMELINE=FILE` (timeline.rs), `REPLAY_CLOCK=1`
-//! (replay_clock.rs), `CACHE=DIR` (compile.rs), `DEFINES="A B"` (an experiment's NVRTC defines).
+//! (replay_clock.rs), `CACHE=DIR` (compile.rs), `DEFINES="A B"` (an experiment's NVRTC defines;
+//! `DEFINES=LOCKSTEP_TL_LAST` with `TIMELINE`: each grid's last block stamps, not its first).
 
 use crate::plan;
 
