@@ -70,6 +70,8 @@ inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 #define LATE_ENTER()
 #define LATE_LAUNCH()
 #define EARLY_LAUNCH()
+#define PLAIN_ATT_EARLY_LAUNCH()
+#define PLAIN_ATT_LATE_LAUNCH()
 template <class T> inline T __ldcg(const T* p) { return *p; }
 #define __device__
 #define __forceinline__
