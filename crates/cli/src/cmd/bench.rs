@@ -4,6 +4,9 @@
 //!   empty cache; tokens/s = N / time.
 //! - `tg N`: N tokens evaluated one at a time from an empty cache, one forward per token; no
 //!   sampling (the next token is random), tokens/s = N / time.
+//! - `-d N` (llama-bench's depth): each test starts from a sequence already holding N random
+//!   tokens of context (prefilled, untimed), so `tg128 @ d4096` times decode steps whose
+//!   attention reads 4096 to 4223 keys; the test's name carries the depth, as llama-bench's.
 //! - Like llama-bench's, every forward brings its logits row to host memory and waits for it;
 //!   the row is lent where it landed (`Engine::forward_lend`: on a GPU the page-locked buffer
 //!   the device copied it into, as llama.cpp's logits buffer), not copied again.
@@ -40,6 +43,9 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test (0 = skip).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: usize,
+    /// Tokens of context each test starts from (prefilled untimed; llama-bench's `-d`).
+    #[arg(short = 'd', long = "depth", default_value_t = 0)]
+    pub depth: usize,
     /// Timed repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     pub repetitions: usize,
@@ -219,6 +225,15 @@ pub fn bench(args: BenchArgs) -> Result<()> {
 
 /// What a test does with a step's logits row on the host: nothing but make sure it was there
 /// (llama-bench does not read it either).
+/// A test's name as llama-bench prints it: `tg128`, or `tg128 @ d4096` at a depth.
+fn test_name(kind: &str, n: usize, depth: usize) -> String {
+    if depth == 0 {
+        format!("{kind}{n}")
+    } else {
+        format!("{kind}{n} @ d{depth}")
+    }
+}
+
 fn receive(rows: &[f32]) {
     std::hint::black_box(rows.last());
 }
@@ -227,11 +242,13 @@ fn receive(rows: &[f32]) {
 fn pp_once<B: Backend>(
     engine: &mut Engine<B>,
     n: usize,
+    depth: usize,
     rng: &mut Tokens,
     taps: &mut Taps<'_>,
 ) -> Result<f64> {
     let tokens: Vec<u32> = (0..n).map(|_| rng.next(engine.n_vocab())).collect();
     let seq = engine.new_sequence();
+    prefill_depth(engine, seq, depth, rng)?;
     let t0 = Instant::now();
     engine.forward_lend(
         &[SeqInput {
@@ -248,17 +265,44 @@ fn pp_once<B: Backend>(
     Ok(dt)
 }
 
-/// One tg test: `n` random tokens one forward at a time from an empty cache; returns the
-/// seconds spent in the forwards. `before_step` runs, untimed, before each one.
+/// The untimed context of a test at depth `depth`: that many random tokens in one batch.
+fn prefill_depth<B: Backend>(
+    engine: &mut Engine<B>,
+    seq: lockstep_engine::SeqId,
+    depth: usize,
+    rng: &mut Tokens,
+) -> Result<()> {
+    if depth == 0 {
+        return Ok(());
+    }
+    let tokens: Vec<u32> = (0..depth).map(|_| rng.next(engine.n_vocab())).collect();
+    engine.forward_lend(
+        &[SeqInput {
+            seq,
+            tokens: &tokens,
+            logits: Logits::Last,
+            mask: None,
+        }],
+        &mut Taps::none(),
+        &receive,
+    )?;
+    Ok(())
+}
+
+/// One tg test: `n` random tokens one forward at a time from a cache holding `depth` tokens
+/// of the sequence; returns the seconds spent in the forwards. `before_step` runs, untimed,
+/// before each one.
 fn tg_once<B: Backend>(
     engine: &mut Engine<B>,
     n: usize,
+    depth: usize,
     rng: &mut Tokens,
     taps: &mut Taps<'_>,
     mut before_step: impl FnMut(),
 ) -> Result<f64> {
     let vocab = engine.n_vocab();
     let seq = engine.new_sequence();
+    prefill_depth(engine, seq, depth, rng)?;
     let mut tok = [rng.next(vocab)];
     let mut total = 0.0;
     for _ in 0..n {
@@ -303,7 +347,7 @@ fn run<B: Backend>(
     let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
     let model = Model::load(&file, &backend).with_context(|| format!("{}", path.display()))?;
     let arch = model.config.arch.name();
-    let n_ctx = (args.n_prompt.max(args.n_gen) + 16).max(64);
+    let n_ctx = (args.n_prompt.max(args.n_gen) + args.depth + 16).max(64);
     let mut engine = Engine::new(
         backend,
         model,
@@ -319,12 +363,18 @@ fn run<B: Backend>(
 
     if args.n_prompt > 0 {
         let mut r = TestResult {
-            name: format!("pp{}", args.n_prompt),
+            name: test_name("pp", args.n_prompt, args.depth),
             n_tokens: args.n_prompt,
             samples: Vec::new(),
         };
         for rep in 0..=args.repetitions {
-            let dt = pp_once(&mut engine, args.n_prompt, &mut rng, &mut Taps::none())?;
+            let dt = pp_once(
+                &mut engine,
+                args.n_prompt,
+                args.depth,
+                &mut rng,
+                &mut Taps::none(),
+            )?;
             if rep > 0 {
                 r.samples.push(args.n_prompt as f64 / dt);
             }
@@ -334,12 +384,19 @@ fn run<B: Backend>(
     let mut device_peak = device_memory(&engine.backend);
     if args.n_gen > 0 {
         let mut r = TestResult {
-            name: format!("tg{}", args.n_gen),
+            name: test_name("tg", args.n_gen, args.depth),
             n_tokens: args.n_gen,
             samples: Vec::new(),
         };
         for rep in 0..=args.repetitions {
-            let dt = tg_once(&mut engine, args.n_gen, &mut rng, &mut Taps::none(), || {})?;
+            let dt = tg_once(
+                &mut engine,
+                args.n_gen,
+                args.depth,
+                &mut rng,
+                &mut Taps::none(),
+                || {},
+            )?;
             if rep > 0 {
                 r.samples.push(args.n_gen as f64 / dt);
             }
@@ -355,10 +412,11 @@ fn run<B: Backend>(
             let dt = pp_once(
                 &mut engine,
                 args.n_prompt,
+                args.depth,
                 &mut rng,
                 &mut Taps::new(&mut obs),
             )?;
-            profiles.push((format!("pp{}", args.n_prompt), timer, dt));
+            profiles.push((test_name("pp", args.n_prompt, args.depth), timer, dt));
         }
         if args.n_gen > 0 {
             let timer = OpTimer::new();
@@ -367,11 +425,12 @@ fn run<B: Backend>(
             let dt = tg_once(
                 &mut engine,
                 args.n_gen,
+                args.depth,
                 &mut rng,
                 &mut Taps::new(&mut obs),
                 || timer.restart(),
             )?;
-            profiles.push((format!("tg{}", args.n_gen), timer, dt));
+            profiles.push((test_name("tg", args.n_gen, args.depth), timer, dt));
         }
     }
 
@@ -402,6 +461,7 @@ fn run<B: Backend>(
             "backend": backend_name,
             "threads": threads,
             "kv_type": args.kv_type,
+            "depth": args.depth,
             "repetitions": args.repetitions,
             "peak_rss_bytes": peak,
             "rss_bytes": rss,
