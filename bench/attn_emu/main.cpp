@@ -76,10 +76,12 @@ int main(int argc, char** argv) {
         if (mask.empty()) mask.push_back(0);
         int kv_dim = n_kvh * hd, q_dim = nh * hd;
         std::normal_distribution<float> N(0.f, 1.f);
-        std::vector<float> qv(n_rows * q_dim), kc((size_t)n_layers * n_slots * kv_dim), vc(kc.size());
+        std::vector<float> qv(n_rows * q_dim);
+        // The cache in the kernels' kv_t: f32, or f16 with -DLOCKSTEP_KV_F16 (the fast build's).
+        std::vector<kv_t> kc((size_t)n_layers * n_slots * kv_dim), vc(kc.size());
         for (auto& x : qv) x = N(rng);
-        for (auto& x : kc) x = N(rng);
-        for (auto& x : vc) x = N(rng);
+        for (auto& x : kc) x = kv_of(N(rng));
+        for (auto& x : vc) x = kv_of(N(rng));
         size_t base = (size_t)layer * n_slots;
         // Old kernel.
         std::vector<float> sc0(n_scores, 7.f), out0(n_rows * q_dim, 7.f);
@@ -151,9 +153,9 @@ int main(int argc, char** argv) {
                             bad_s += memcmp(&e, &g, 4) != 0;
                             continue;
                         }
-                        const float* kr = &kc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd];
+                        const kv_t* kr = &kc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd];
                         double a = 0.0;
-                        for (int d = 0; d < hd; d++) a += std::fabs((double)qh[d] * kr[d]);
+                        for (int d = 0; d < hd; d++) a += std::fabs((double)qh[d] * kv_f(kr[d]));
                         double tol = hd * u * std::fabs(scale) * a;
                         bad_s += std::fabs((double)g - e) > tol;
                         max_ds = std::max(max_ds, tol);
@@ -165,7 +167,7 @@ int main(int argc, char** argv) {
                     for (int d = 0; d < hd; d++) {
                         double pv = 0.0;
                         for (int j = 0; j < n_kv; j++)
-                            pv += pr0[off + j] * std::fabs((double)vc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd + d]);
+                            pv += pr0[off + j] * std::fabs((double)kv_f(vc[(base + slots[c[0] + j]) * kv_dim + (size_t)kh * hd + d]));
                         size_t o = (size_t)r * q_dim + (size_t)h * hd + d;
                         double err = std::fabs((double)outx[o] - out0[o]), tol = eps * pv;
                         if (err > tol) bad_o++;
@@ -183,8 +185,8 @@ int main(int argc, char** argv) {
             // threads to start.
             int sr = std::min(n_rows, 12);
             int n_opts = 1;
-            for (int sp : {2, 3, 8, 32}) n_opts += sr * n_kvh * sp <= 192;
-            int n_spans = std::vector<int>{1, 2, 3, 8, 32}[U(0, n_opts - 1)];
+            for (int sp : {2, 3, 8, 32, 128}) n_opts += sr * n_kvh * sp <= 192;
+            int n_spans = std::vector<int>{1, 2, 3, 8, 32, 128}[U(0, n_opts - 1)];
             int min_keys = std::vector<int>{1, 4, 32}[U(0, 2)];
             std::vector<float> sc3(n_scores, 5.f), out3(out0.size(), 5.f);
             std::vector<float> part((size_t)n_rows * nh * n_spans * (hd + 2), 5.f);
@@ -313,7 +315,8 @@ int main(int argc, char** argv) {
                 if (!rope_case) continue;
                 // The two kernels: rope_store (its own blocks, plan::norm_threads(hd) threads)
                 // on every row, then attention_decode on the rotated q.
-                std::vector<float> kcA = kc, vcA = vc, qrA((size_t)sr * q_dim, 1.f), krA(kraw.size(), 1.f);
+                std::vector<kv_t> kcA = kc, vcA = vc;
+                std::vector<float> qrA((size_t)sr * q_dim, 1.f), krA(kraw.size(), 1.f);
                 std::vector<float> qnA(qrA.size(), 2.f), knA(krA.size(), 2.f);
                 unsigned nt = 32;
                 while (nt < (unsigned)((hd + 3) / 4)) nt *= 2;
@@ -339,12 +342,13 @@ int main(int argc, char** argv) {
                 });
                 // The fused kernel, from a cache whose new rows are NaN: it must write them and
                 // never read them.
-                std::vector<float> kcB = kc, vcB = vc, qrB(qrA.size(), 3.f), krB(krA.size(), 3.f);
+                std::vector<kv_t> kcB = kc, vcB = vc;
+                std::vector<float> qrB(qrA.size(), 3.f), krB(krA.size(), 3.f);
                 std::vector<float> qnB(qrA.size(), 4.f), knB(krA.size(), 4.f);
                 for (int r = 0; r < sr; r++)
                     for (int d = 0; d < kv_dim; d++) {
-                        kcB[(base + nslots[r]) * kv_dim + d] = NAN;
-                        vcB[(base + nslots[r]) * kv_dim + d] = NAN;
+                        kcB[(base + nslots[r]) * kv_dim + d] = kv_of(NAN);
+                        vcB[(base + nslots[r]) * kv_dim + d] = kv_of(NAN);
                     }
                 std::vector<float> scB(n_scores, 9.f), outB(out0.size(), 9.f);
                 std::vector<signed char> q8B(out0.size(), 77);

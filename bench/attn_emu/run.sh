@@ -7,7 +7,8 @@
 # short decode) and `attention_flash_<D>` held to verify's bound; `attention_decode_rope_<D>`
 # bitwise `rope_store` then `attention_decode_<D>` (outputs, scores, taps, the cache).
 # Usage: bench/attn_emu/run.sh [cases] [seed] [extra g++ flags, e.g. -DFAULT_WRONG_KV_HEAD]
-# HD=512 forces the head size. Heavy on threads: run it niced.
+# HD=512 forces the head size; ATTN_EMU_FLAGS adds g++ flags (-DLOCKSTEP_KV_F16: the fast
+# build's f16 KV cache). Heavy on threads: run it niced.
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 W=${TMPDIR:-/tmp}/attn_emu.$$; mkdir -p $W
@@ -26,5 +27,5 @@ k = "typedef unsigned char u8;\ntypedef unsigned int u32;\n" + s[q0:q1] + s[r:r2
 k = k.replace("extern __shared__ __align__(16) unsigned char att_smem[];", "unsigned char* att_smem = g_dyn_smem;")
 open(sys.argv[2], 'w').write(k)
 PY
-g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -I$W -I$D ${3:-} $D/main.cpp -o $W/emu
+g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -I$W -I$D ${3:-} ${ATTN_EMU_FLAGS:-} $D/main.cpp -o $W/emu
 $W/emu ${1:-12} ${2:-1}

@@ -57,6 +57,12 @@ inline float fminf(float a, float b) { return std::fmin(a, b); }
 inline float rintf(float a) { return std::rint(a); }
 inline float fabsf(float a) { return std::fabs(a); }
 struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+// The f16 KV cache's conversions (kernels.cu's cvt.f32.f16 and cvt.rn.f16.f32): IEEE binary16
+// with round to nearest even, as _Float16 converts.
+typedef unsigned short u16;
+inline float h2f(u16 h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+inline u16 f2h(float f) { _Float16 v = (_Float16)f; u16 h; std::memcpy(&h, &v, 2); return h; }
 template <class T> inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> inline T max(T a, T b) { return a > b ? a : b; }
 using std::exp;

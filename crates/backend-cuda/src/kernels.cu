@@ -183,6 +183,11 @@ __device__ __forceinline__ float h2f(u16 h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
     return f;
 }
+__device__ __forceinline__ u16 f2h(float f) {
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
 __device__ __forceinline__ u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
 __device__ __forceinline__ float ldh(const u8* p) { return h2f(ld16(p)); }
 
@@ -1007,6 +1012,53 @@ extern "C" __global__ void rope(const float* x, float* out, const double* cs, in
 }
 
 // The longest head rope_store takes (the host runs longer ones as separate ops).
+// THE KV CACHE'S VALUES: f32 by default; f16 in a fast build with LOCKSTEP_KV_F16
+// (`LOCKSTEP_CUDA_KV=f16`, as llama.cpp and the cpu backend keep them by default: half the
+// memory, half the bytes a decode step's attention reads; session 30 measured it slower at
+// tg128 on three of four shapes, so it is not the default).
+// Writers round once (kv_of, round to nearest even); every reader converts on load (kv_f), so
+// the attention's K and V are exactly the cache's values, which the k_read / v_read taps
+// (kv_gather) copy out. kv4_t is four consecutive values as one load (8 or 16 bytes).
+#ifdef LOCKSTEP_KV_F16
+typedef u16 kv_t;
+typedef uint2 kv4_t;
+__device__ __forceinline__ float kv_f(kv_t h) { return h2f(h); }
+__device__ __forceinline__ kv_t kv_of(float f) { return f2h(f); }
+__device__ __forceinline__ float4 kv_f4(kv4_t u) {
+    return float4{h2f((u16)(u.x & 0xffffu)), h2f((u16)(u.x >> 16)), h2f((u16)(u.y & 0xffffu)),
+                  h2f((u16)(u.y >> 16))};
+}
+__device__ __forceinline__ kv4_t kv_of4(float4 f) {
+    return kv4_t{(unsigned)f2h(f.x) | ((unsigned)f2h(f.y) << 16),
+                 (unsigned)f2h(f.z) | ((unsigned)f2h(f.w) << 16)};
+}
+#else
+typedef float kv_t;
+typedef float4 kv4_t;
+__device__ __forceinline__ float kv_f(kv_t v) { return v; }
+__device__ __forceinline__ kv_t kv_of(float f) { return f; }
+__device__ __forceinline__ float4 kv_f4(kv4_t v) { return v; }
+__device__ __forceinline__ kv4_t kv_of4(float4 f) { return f; }
+#endif
+// Four consecutive values at p (a multiple of 4 elements from the cache's start).
+__device__ __forceinline__ kv4_t kv_ld4(const kv_t* p) { return *(const kv4_t*)p; }
+// The same through L2 (ld.global.cg), for what a kernel reads before its grid wait.
+__device__ __forceinline__ kv4_t kv_ldcg4(const kv_t* p) { return __ldcg((const kv4_t*)p); }
+// Four values a kernel holds in registers between load and use: as loaded (RAW: half the
+// registers of an f16 cache's values, converted at each use) or converted once on arrival.
+template <bool RAW>
+struct KvHeld {
+    kv4_t r;
+    __device__ __forceinline__ void set(kv4_t v) { r = v; }
+    __device__ __forceinline__ float4 get() const { return kv_f4(r); }
+};
+template <>
+struct KvHeld<false> {
+    float4 f;
+    __device__ __forceinline__ void set(kv4_t v) { f = kv_f4(v); }
+    __device__ __forceinline__ float4 get() const { return f; }
+};
+
 #define ROPE_MAX_HEAD 512
 
 // Per (row, head slot): slots [0, n_heads) are q heads, then n_kv_heads k heads, then
@@ -1017,7 +1069,7 @@ extern "C" __global__ void rope(const float* x, float* out, const double* cs, in
 // rms_norm of a head, so every value is bitwise the separate ops'.
 extern "C" __global__ void rope_store(const float* q, const float* k, const float* v,
                                       const float* qw, const float* kw, float eps, float* qn,
-                                      float* kn, float* qr, float* kr, float* kc, float* vc,
+                                      float* kn, float* qr, float* kr, kv_t* kc, kv_t* vc,
                                       const u32* slots, size_t base, const double* cs, int n_heads,
                                       int n_kv_heads, int head_dim, int half, int style,
                                       int n_rows) { GRID_ENTER();
@@ -1033,7 +1085,7 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
         const float* src = v + (size_t)row * kv_dim + (size_t)h * head_dim;
         if (store)
             for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
-                vc[dst + (size_t)h * head_dim + d] = src[d];
+                vc[dst + (size_t)h * head_dim + d] = kv_of(src[d]);
         return;
     }
     bool isq = hs < n_heads;
@@ -1062,7 +1114,7 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
     for (int d = t; d < head_dim; d += bd) {
         float rv = rope_elem(head, c, d, half, style);
         out[d] = rv;
-        if (!isq && store) kc[dst + (size_t)h * head_dim + d] = rv;
+        if (!isq && store) kc[dst + (size_t)h * head_dim + d] = kv_of(rv);
     }
     TL_MARK(9);
 }
@@ -1073,23 +1125,23 @@ extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* o
 }
 
 // Row i of k/v to slot slots[i] of the layer whose cache starts at `base` rows.
-extern "C" __global__ void kv_store(const float* k, const float* v, float* kc, float* vc,
+extern "C" __global__ void kv_store(const float* k, const float* v, kv_t* kc, kv_t* vc,
                                     const u32* slots, size_t base, int kv_dim) { GRID_ENTER();
 #ifdef FAULT_KV_SKIP_PREFILL
     if (gridDim.x > 1) return;  // seeded fault: a prompt's K/V never reach the cache
 #endif
     size_t dst = (base + slots[blockIdx.x]) * kv_dim;
     for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) {
-        kc[dst + j] = k[(size_t)blockIdx.x * kv_dim + j];
-        vc[dst + j] = v[(size_t)blockIdx.x * kv_dim + j];
+        kc[dst + j] = kv_of(k[(size_t)blockIdx.x * kv_dim + j]);
+        vc[dst + j] = kv_of(v[(size_t)blockIdx.x * kv_dim + j]);
     }
 }
 
 // Cache rows at `slots` of one layer, copied out (the k_read / v_read taps).
-extern "C" __global__ void kv_gather(const float* c, const u32* slots, float* out, size_t base,
+extern "C" __global__ void kv_gather(const kv_t* c, const u32* slots, float* out, size_t base,
                                      int kv_dim) { GRID_ENTER();
-    const float* src = c + (base + slots[blockIdx.x]) * kv_dim;
-    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) out[(size_t)blockIdx.x * kv_dim + j] = src[j];
+    const kv_t* src = c + (base + slots[blockIdx.x]) * kv_dim;
+    for (int j = threadIdx.x; j < kv_dim; j += blockDim.x) out[(size_t)blockIdx.x * kv_dim + j] = kv_f(src[j]);
 }
 
 // Per query row: [slots offset, n_kv, position, score offset, mask offset or -1].
@@ -1124,7 +1176,7 @@ __device__ __forceinline__ float att_score_path(float s, int moff) {
 // With `q8q` (fast numerics, head_dim a multiple of 32), the output is also quantized for the
 // next matmul by `q8_block` on the very floats written to `out` (a warp holds 32 consecutive
 // values), bitwise what `quantize_q8_32` would make of `out`.
-extern "C" __global__ void attention(const float* q, const float* kc, const float* vc,
+extern "C" __global__ void attention(const float* q, const kv_t* kc, const kv_t* vc,
                                      const u32* slots, const int* info, const u8* mask,
                                      float* scores, double* exps, double* probs, float* out,
                                      size_t base, int n_heads, int n_kv_heads, int head_dim,
@@ -1148,14 +1200,14 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
         bool vis = j <= pos && (window <= 0 || pos - j < window) && (moff < 0 || mask[moff + j]);
         float s = __int_as_float(0xff800000);
         if (vis) {
-            const float* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            const kv_t* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
             float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
             int ch = head_dim >> 3;
             for (int c = 0; c < ch; c++)
 #pragma unroll
-                for (int t = 0; t < 8; t++) a[t] += qh[8 * c + t] * kr[8 * c + t];
+                for (int t = 0; t < 8; t++) a[t] += qh[8 * c + t] * kv_f(kr[8 * c + t]);
             float tail = 0.f;
-            for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kr[d];
+            for (int d = ch * 8; d < head_dim; d++) tail += qh[d] * kv_f(kr[d]);
             s = att_score_path(reduce8(a, tail) * scale, moff);
         }
         scores[off + j] = s;
@@ -1211,19 +1263,19 @@ extern "C" __global__ void attention(const float* q, const float* kc, const floa
         for (int i = 0; i < ATT_MAX_D; i++) {
             int d = threadIdx.x + i * blockDim.x;
             if (d >= head_dim) break;
-            const float* vb = vc + (size_t)kh * head_dim + d;
+            const kv_t* vb = vc + (size_t)kh * head_dim + d;
             double a = acc[i];
             int j = c0;
             for (; j + 8 <= c1; j += 8) {
                 float vv[8];
 #pragma unroll
-                for (int u = 0; u < 8; u++) vv[u] = vb[(base + s_slot[j + u - c0]) * kv_dim];
+                for (int u = 0; u < 8; u++) vv[u] = kv_f(vb[(base + s_slot[j + u - c0]) * kv_dim]);
 #pragma unroll
                 for (int u = 0; u < 8; u++)
                     if (!s_zero[j + u - c0]) a += s_prob[j + u - c0] * (double)vv[u];
             }
             for (; j < c1; j++)
-                if (!s_zero[j - c0]) a += s_prob[j - c0] * (double)vb[(base + s_slot[j - c0]) * kv_dim];
+                if (!s_zero[j - c0]) a += s_prob[j - c0] * (double)kv_f(vb[(base + s_slot[j - c0]) * kv_dim]);
             acc[i] = a;
         }
     }
@@ -1283,20 +1335,20 @@ __device__ __forceinline__ int att_stride(int head_dim) { return ((head_dim + 3)
 
 // Rows cs[0 .. nc) of one KV head of a cache layer to shared memory (rows of `stride` floats),
 // 16 bytes a load where the head size allows.
-__device__ __forceinline__ void att_stage_rows(float* dst, const float* cache, const u32* cs, int nc,
+__device__ __forceinline__ void att_stage_rows(float* dst, const kv_t* cache, const u32* cs, int nc,
                                                int head_dim, int stride, int kv_dim, int kh,
                                                size_t base) {
-    const float* src = cache + (size_t)kh * head_dim;
+    const kv_t* src = cache + (size_t)kh * head_dim;
     if ((head_dim & 3) == 0) {
         int h4 = head_dim >> 2;
         for (int i = threadIdx.x; i < nc * h4; i += ATT_T_THREADS) {
             int j = i / h4, d = 4 * (i - j * h4);
-            *(float4*)(dst + j * stride + d) = *(const float4*)(src + (base + cs[j]) * kv_dim + d);
+            *(float4*)(dst + j * stride + d) = kv_f4(kv_ld4(src + (base + cs[j]) * kv_dim + d));
         }
     } else {
         for (int i = threadIdx.x; i < nc * head_dim; i += ATT_T_THREADS) {
             int j = i / head_dim, d = i - j * head_dim;
-            dst[j * stride + d] = src[(base + cs[j]) * kv_dim + d];
+            dst[j * stride + d] = kv_f(src[(base + cs[j]) * kv_dim + d]);
         }
     }
 }
@@ -1337,7 +1389,7 @@ __device__ __forceinline__ void att_accumulate(double* acc, const double* ps, co
 
 template <int ND>
 __device__ __forceinline__ void attention_tile_body(
-    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,
     int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,
     int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) {
@@ -1561,7 +1613,7 @@ __device__ __forceinline__ void attention_tile_body(
 // of up to 2 * ATT_T_THREADS (two a thread).
 #define ATTENTION_TILE(NAME, ND)                                                                 \
     extern "C" __global__ void __launch_bounds__(ATT_T_THREADS) NAME(                            \
-        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,       \
         const u8* mask, float* scores, double* exps, double* probs, float* out, size_t base,     \
         int n_heads, int n_kv_heads, int head_dim, float scale, int window, int n_rows,          \
         int tile_rows, int heads_per_block, int chunk, signed char* q8q, Q8Blk* q8d) { GRID_ENTER();           \
@@ -1594,10 +1646,10 @@ ATTENTION_TILE(attention_tile_wide, 2)
 #define ATT_S_SUB 64
 #define ATT_S_MAX_D 512
 // The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_S_THREADS).
-#define ATT_SPLIT_SPANS 32
+#define ATT_SPLIT_SPANS 128
 
 extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
-    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* part, size_t base, int n_heads, int n_kv_heads,
     int head_dim, float scale, int window, int min_keys) { GRID_ENTER();
     const float NEG_INF = __int_as_float(0xff800000);
@@ -1617,13 +1669,32 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
     int n = hi - lo + 1;
-    int per = max(min_keys, (n + n_spans - 1) / n_spans);
+    // Keys a span: at least min_keys and ceil(sqrt(n) / 2), so longer rows get longer spans
+    // (8 keys at 256, 16 at 1024, 32 at 4096: the fastest of 8, 16 and 32 at each depth in
+    // session 30's measurements, where a fixed 8 lost to 16 at 1024 keys); more where the
+    // spans would not cover the row. The rule reads n alone, so a replayed step graph follows
+    // its row's length.
+    int rt = (int)sqrtf((float)max(n, 0));
+    while (rt * rt > n) rt--;
+    while ((rt + 1) * (rt + 1) <= n) rt++;
+    int per = max(max(min_keys, (rt + 1) / 2), (n + n_spans - 1) / n_spans);
     int s0 = lo + span * per, s1 = min(hi + 1, s0 + per);
     // Scores outside [lo, hi]: -inf, shared out among the spans.
     for (int j = span * ATT_S_THREADS + tid; j < n_kv; j += n_spans * ATT_S_THREADS)
         if (j < lo || j > hi)
             for (int i = 0; i < group; i++)
                 scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    if (s0 >= s1) {
+        // A span past the row's keys: only its (m, l) = (-inf, 0), which attention_combine
+        // reads (it never reads the sums of spans after the last one with a visible key).
+        if (tid < group) {
+            int h = att_query_head(kh, tid, group, n_kv_heads);
+            float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * (head_dim + 2);
+            pp[0] = NEG_INF;
+            pp[1] = 0.f;
+        }
+        return;
+    }
     for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
         int i = x / head_dim, d = x - i * head_dim;
         s_q[i * head_dim + d] =
@@ -1640,14 +1711,19 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
 #pragma unroll
         for (int i = 0; i < ATT_S_MAX_G; i++) a[i] = 0.f;
         if (vis) {
-            const float* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
+            const kv_t* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
             // Every load of the row first (one memory round trip a key), then the products.
-            float kv[ATT_S_MAX_D / 32];
+            // (An f16 cache's values converted only once all are loaded: a conversion between
+            // two loads would make the second wait for the first.)
+            kv_t kraw[ATT_S_MAX_D / 32];
 #pragma unroll
             for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
                 int d = lane + 32 * t;
-                kv[t] = d < head_dim ? kr[d] : 0.f;
+                kraw[t] = d < head_dim ? kr[d] : kv_of(0.f);
             }
+            float kv[ATT_S_MAX_D / 32];
+#pragma unroll
+            for (int t = 0; t < ATT_S_MAX_D / 32; t++) kv[t] = kv_f(kraw[t]);
 #pragma unroll
             for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
                 int d = lane + 32 * t;
@@ -1707,10 +1783,10 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
         for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
             int d = tid + t * ATT_S_THREADS;
             if (d < head_dim) {
-                const float* vb = vc + (size_t)kh * head_dim + d;
+                const kv_t* vb = vc + (size_t)kh * head_dim + d;
 #pragma unroll 8
                 for (int jj = 0; jj < nc; jj++) {
-                    float v = vb[(base + s_slot[jj]) * kv_dim];
+                    float v = kv_f(vb[(base + s_slot[jj]) * kv_dim]);
 #pragma unroll
                     for (int i = 0; i < ATT_S_MAX_G; i++)
                         if (i < group) acc[i][t] += s_e[i * ATT_S_SUB + jj] * v;
@@ -1839,8 +1915,8 @@ struct RopeFused {
     float* kn;
     float* qr;
     float* kr;
-    float* kcw;
-    float* vcw;
+    kv_t* kcw;
+    kv_t* vcw;
     const u32* new_slots;
     size_t store_base;
     const double* cs;
@@ -1884,7 +1960,7 @@ __device__ __forceinline__ void attention_decode_rope_early(const RopeFused& rf,
 template <int D, int THREADS>
 __device__ __forceinline__ void attention_decode_rope_stage(
     const float* q, const RopeFused& rf, const double* s_cs, float (&wq)[RopeNorm<D>::NV],
-    float (&wk)[RopeNorm<D>::NV], float* stage, float* s_q, float* s_knew, int row, int kh, int h0, int hpb, int group,
+    float (&wk)[RopeNorm<D>::NV], float* stage, float* s_q, float* s_knew, float* s_vnew, int row, int kh, int h0, int hpb, int group,
     int n_heads, int n_kv_heads, u32 own_slot) {
     constexpr int NB = RopeNorm<D>::NB, NV = RopeNorm<D>::NV;
     static_assert(D <= THREADS, "a thread a value of the row's v");
@@ -1895,10 +1971,14 @@ __device__ __forceinline__ void attention_decode_rope_stage(
 #ifdef FAULT_KV_SKIP_PREFILL
     if (rf.n_rows > 1) store = false;  // as rope_store's seeded fault
 #endif
-    // The leader's copy of the row's v to the cache: loaded with the stage below (one round
-    // trip after the wait, not a second one before the block's last barrier), stored after it.
+    // The row's v, loaded with the stage below (one round trip after the wait, not a second
+    // one later): the leader copies it to the cache; with an f16 cache every block also keeps
+    // it in s_vnew as the cache row holds it (kv_of), the own key's value for O = P V (an f32
+    // cache's blocks load it with their other V rows instead).
+    constexpr bool KV16 = sizeof(kv_t) == 2;
     bool v_copy = leader && store && tid < D;
-    float v_own = v_copy ? __ldcg(rf.v + (size_t)row * kv_dim + (size_t)kh * D + tid) : 0.0f;
+    bool v_load = KV16 ? tid < D : v_copy;
+    float v_own = v_load ? __ldcg(rf.v + (size_t)row * kv_dim + (size_t)kh * D + tid) : 0.0f;
     auto head_at = [&](int i) -> size_t {
         return i == hpb ? (size_t)row * kv_dim + (size_t)kh * D
                         : (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D;
@@ -1939,17 +2019,18 @@ __device__ __forceinline__ void attention_decode_rope_stage(
             s_knew[d] = rv;
             if (leader) {
                 if (rf.kr != nullptr) rf.kr[head_at(i) + d] = rv;
-                if (store) rf.kcw[dst + d] = rv;
+                if (store) rf.kcw[dst + d] = kv_of(rv);
             }
         }
     }
-    if (v_copy) rf.vcw[dst + tid] = v_own;
+    if (v_copy) rf.vcw[dst + tid] = kv_of(v_own);
+    if (KV16 && tid < D) s_vnew[tid] = kv_f(kv_of(v_own));
     __syncthreads();
 }
 
 template <int D, bool ROPE>
 __device__ __forceinline__ void attention_decode_body(
-    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
     float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d, const RopeFused& rf) {
     const float NEG_INF = __int_as_float(0xff800000);
@@ -1970,8 +2051,10 @@ __device__ __forceinline__ void attention_decode_body(
     __shared__ u32 s_slot[ATT_D_MAX_KEYS];
     __shared__ unsigned char s_vis[ATT_D_MAX_KEYS];
     __shared__ float s_sum[MAX_G];
-    // ROPE: the step's own key, rotated by this block.
+    // ROPE: the step's own key, rotated by this block, and (f16 cache) its value.
+    constexpr bool KV16 = sizeof(kv_t) == 2;
     __shared__ __align__(16) float s_knew[ROPE ? D : 4];
+    __shared__ __align__(16) float s_vnew[ROPE && KV16 ? D : 4];
     __shared__ double s_cs[ROPE ? D : 2];
     float wq[RopeNorm<D>::NV], wk[RopeNorm<D>::NV];
     // Before the grid wait (the kernel before is rope_store, which writes q and this step's
@@ -2000,24 +2083,27 @@ __device__ __forceinline__ void attention_decode_body(
     __syncthreads();
     int kj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
     bool kin = kj < n && s_vis[kj];
-    const float4* kr = (const float4*)(kc + (base + (kin ? s_slot[kj] : 0)) * kv_dim +
-                                       (size_t)kh * D + hf * PART);
-    float4 kv[PART / 4];
+    // An f16 cache's K and V stay as loaded until used (KvHeld<true>): half the registers
+    // (attention_decode_rope_128 needs 128 a thread instead of 212), and no conversion between
+    // two loads, which would make each load wait for the one before (ptxas converts into one
+    // register in turn: session 30 measured -4 to -7% that way).
+    const kv_t* kr = kc + (base + (kin ? s_slot[kj] : 0)) * kv_dim + (size_t)kh * D + hf * PART;
+    KvHeld<true> kv[PART / 4];
     if (kin && lo + kj < pos) {
 #pragma unroll
-        for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+        for (int c = 0; c < PART / 4; c++) kv[c].set(kv_ldcg4(kr + 4 * c));
     }
     // V likewise where the registers allow (heads of up to 128 values).
     constexpr bool EARLY_V = D <= 128;
     int vc4 = tid % C4, vkg = tid / C4;
-    const float* vb = vc + (size_t)kh * D + 4 * vc4;
-    float4 vv[KPT];
+    const kv_t* vb = vc + (size_t)kh * D + 4 * vc4;
+    KvHeld<true> vv[KPT];
 #pragma unroll
     for (int r = 0; r < KPT; r++) {
         int jj = vkg + r * KG;
-        vv[r] = float4{0.f, 0.f, 0.f, 0.f};
+        vv[r].set(kv_of4(float4{0.f, 0.f, 0.f, 0.f}));
         if (EARLY_V && jj < n && s_vis[jj] && lo + jj < pos)
-            vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
+            vv[r].set(kv_ldcg4(vb + (base + s_slot[jj]) * kv_dim));
     }
     // The row's new slot: a step table, staged before the step's kernels run.
     u32 own_slot = 0;
@@ -2031,34 +2117,33 @@ __device__ __forceinline__ void attention_decode_body(
     } else {
         PLAIN_ATT_EARLY_LAUNCH();
     }
-    if constexpr (ROPE && EARLY_V) {
-        // The row's own value: v's (the cache row is one block's to write), bitwise what
-        // reaches the cache, loaded now (where the other rows' are in registers already; heads
-        // of 256 load it with them, below).
-#pragma unroll
-        for (int r = 0; r < KPT; r++) {
-            int jj = vkg + r * KG;
-            if (jj < n && s_vis[jj] && lo + jj >= pos)
-                vv[r] = __ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * vc4));
-        }
-    }
     if (scores != nullptr)
         for (int j = tid; j < n_kv; j += THREADS)
             if (j < lo || j > hi)
                 for (int i = 0; i < hpb; i++)
                     scores[soff_sc + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    if constexpr (ROPE && EARLY_V && !KV16) {
+        // f32 cache: the row's own value, v's (the cache row is one block's to write), bitwise
+        // what reaches the cache, loaded now (where the other rows' are in registers already).
+#pragma unroll
+        for (int r = 0; r < KPT; r++) {
+            int jj = vkg + r * KG;
+            if (jj < n && s_vis[jj] && lo + jj >= pos)
+                vv[r].set(kv_of4(__ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * vc4))));
+        }
+    }
     if constexpr (ROPE) {
         // rope_store's work for this block's heads; the row's own key is then s_knew's.
-        attention_decode_rope_stage<D, THREADS>(q, rf, s_cs, wq, wk, s_a, s_q, s_knew, row, kh, h0,
+        attention_decode_rope_stage<D, THREADS>(q, rf, s_cs, wq, wk, s_a, s_q, s_knew, s_vnew, row, kh, h0,
                                                 hpb, group, n_heads, n_kv_heads, own_slot);
         if (kin && lo + kj >= pos) {
 #pragma unroll
-            for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s_knew + hf * PART))[c];
+            for (int c = 0; c < PART / 4; c++) kv[c].set(kv_of4(((const float4*)(s_knew + hf * PART))[c]));
         }
     } else {
         if (kin && lo + kj >= pos) {
 #pragma unroll
-            for (int c = 0; c < PART / 4; c++) kv[c] = __ldcg(kr + c);
+            for (int c = 0; c < PART / 4; c++) kv[c].set(kv_ldcg4(kr + 4 * c));
         }
         for (int x = tid; x < hpb * D; x += THREADS) {
             int i = x / D, d = x - i * D;
@@ -2066,17 +2151,42 @@ __device__ __forceinline__ void attention_decode_body(
         }
         __syncthreads();
     }
-    if (kin) {
+    constexpr bool HEADS_INNER = D > 128 && sizeof(kv_t) == 2;
+    if (kin && HEADS_INNER) {
+        // Every head's sums at once, each K value converted once and used at once: a loop over
+        // the heads outside would have ptxas convert the whole row before it (heads of 256:
+        // 64 more registers). Each head's sums run in the same order either way.
+        float a[MAX_G][4];
+#pragma unroll
+        for (int i = 0; i < MAX_G; i++) a[i][0] = a[i][1] = a[i][2] = a[i][3] = 0.f;
+#pragma unroll
+        for (int c = 0; c < PART / 4; c++) {
+            float4 kk = kv[c].get();
+#pragma unroll
+            for (int i = 0; i < MAX_G; i++) {
+                if (i < hpb) {
+                    float4 qq = ((const float4*)(s_q + i * D + hf * PART))[c];
+                    a[i][0] += qq.x * kk.x;
+                    a[i][1] += qq.y * kk.y;
+                    a[i][2] += qq.z * kk.z;
+                    a[i][3] += qq.w * kk.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MAX_G; i++)
+            if (i < hpb) s_a[(hf * MAX_G + i) * ATT_D_MAX_KEYS + kj] = (a[i][0] + a[i][1]) + (a[i][2] + a[i][3]);
+    } else if (kin) {
         for (int i = 0; i < hpb; i++) {
             const float4* qr = (const float4*)(s_q + i * D + hf * PART);
             float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
 #pragma unroll
             for (int c = 0; c < PART / 4; c++) {
-                float4 qq = qr[c];
-                a0 += qq.x * kv[c].x;
-                a1 += qq.y * kv[c].y;
-                a2 += qq.z * kv[c].z;
-                a3 += qq.w * kv[c].w;
+                float4 qq = qr[c], kk = kv[c].get();
+                a0 += qq.x * kk.x;
+                a1 += qq.y * kk.y;
+                a2 += qq.z * kk.z;
+                a3 += qq.w * kk.w;
             }
             s_a[(hf * MAX_G + i) * ATT_D_MAX_KEYS + kj] = (a0 + a1) + (a2 + a3);
         }
@@ -2126,13 +2236,14 @@ __device__ __forceinline__ void attention_decode_body(
 #pragma unroll
         for (int r = 0; r < KPT; r++) {
             int jj = kg + r * KG;
+            // ROPE: the row's own value is in registers already (f32 cache) or s_vnew's (f16:
+            // the rope stage's copy of v, as the cache row holds it).
             if (jj < n && s_vis[jj] && (!EARLY_V || lo + jj >= pos)) {
                 if (ROPE && lo + jj >= pos) {
-                    // ROPE: the row's own value is v's.
-                    if (!EARLY_V)
-                        vv[r] = __ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * c));
+                    if (!EARLY_V && !KV16)
+                        vv[r].set(kv_of4(__ldcg((const float4*)(rf.v + (size_t)row * kv_dim + (size_t)kh * D + 4 * c))));
                 } else {
-                    vv[r] = __ldcg((const float4*)(vb + (base + s_slot[jj]) * kv_dim));
+                    vv[r].set(kv_ldcg4(vb + (base + s_slot[jj]) * kv_dim));
                 }
             }
         }
@@ -2142,10 +2253,13 @@ __device__ __forceinline__ void attention_decode_body(
             for (int r = 0; r < KPT; r++) {
                 int jj = kg + r * KG;
                 float p = jj < n ? s_p[i * ATT_D_MAX_KEYS + jj] : 0.f;
-                a.x += p * vv[r].x;
-                a.y += p * vv[r].y;
-                a.z += p * vv[r].z;
-                a.w += p * vv[r].w;
+                float4 vf = ROPE && KV16 && jj < n && lo + jj == pos && s_vis[jj]
+                                ? *(const float4*)(s_vnew + 4 * c)
+                                : vv[r].get();
+                a.x += p * vf.x;
+                a.y += p * vf.y;
+                a.z += p * vf.z;
+                a.w += p * vf.w;
             }
             *(float4*)(s_a + ((size_t)kg * MAX_G + i) * D + 4 * c) = a;
         }
@@ -2169,7 +2283,7 @@ __device__ __forceinline__ void attention_decode_body(
 
 #define ATTENTION_DECODE(D)                                                                      \
     extern "C" __global__ void __launch_bounds__(AttDecodeShape<D>::THREADS) attention_decode_##D( \
-        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,       \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
         float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {                        \
         RopeFused none{};                                                                         \
@@ -2181,7 +2295,7 @@ __device__ __forceinline__ void attention_decode_body(
 #define ATTENTION_DECODE_ROPE(D)                                                                 \
     extern "C" __global__ void __launch_bounds__(AttDecodeShape<D>::THREADS)                     \
         attention_decode_rope_##D(                                                               \
-            const float* q, float* kc, float* vc, const u32* slots, const int* info,             \
+            const float* q, kv_t* kc, kv_t* vc, const u32* slots, const int* info,               \
             const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads, \
             float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d, const float* k,      \
             const float* v, const float* qw, const float* kw, float eps, float* qn, float* kn,   \
@@ -2270,7 +2384,7 @@ __device__ __forceinline__ void mma_tf32x3(float* c, const float* a, const float
 
 template <int D>
 __device__ __forceinline__ void attention_flash_body(
-    const float* q, const float* kc, const float* vc, const u32* slots, const int* info,
+    const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
     float scale, int window, int n_rows, int tile_rows, signed char* q8q, Q8Blk* q8d) {
     constexpr int S = D + 4, NT = ATT_F_KEYS / 8, DT = D / 8;
@@ -2345,8 +2459,8 @@ __device__ __forceinline__ void attention_flash_body(
                 float4 kv = {0.f, 0.f, 0.f, 0.f}, vv = {0.f, 0.f, 0.f, 0.f};
                 if (j < nc) {
                     size_t src = (base + s_slot[j]) * kv_dim + (size_t)kh * D + d;
-                    kv = *(const float4*)(kc + src);
-                    vv = *(const float4*)(vc + src);
+                    kv = kv_f4(kv_ld4(kc + src));
+                    vv = kv_f4(kv_ld4(vc + src));
                 }
                 *(float4*)(ks + j * S + d) = kv;
                 *(float4*)(vs + j * S + d) = vv;
@@ -2466,7 +2580,7 @@ __device__ __forceinline__ void attention_flash_body(
 
 #define ATTENTION_FLASH(D)                                                                       \
     extern "C" __global__ void __launch_bounds__(32 * ATT_F_MAX_WARPS) attention_flash_##D(      \
-        const float* q, const float* kc, const float* vc, const u32* slots, const int* info,     \
+        const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,       \
         const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,     \
         float scale, int window, int n_rows, int tile_rows, signed char* q8q, Q8Blk* q8d) {      \
         GRID_ENTER();                                                                            \
@@ -2494,11 +2608,6 @@ extern "C" __global__ void dequant_rows(const u8* W, float* out, int r0, int row
 // rounding of each operand is TF32's; its range is not: a value beyond +-65504 would become
 // infinite, so both conversions raise `overflow` (a sticky flag the host reads at the step's
 // end and turns into an error) instead of letting the step run on silently.
-__device__ __forceinline__ u16 f2h(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
 
 extern "C" __global__ void to_f16(const float* __restrict__ x, u16* __restrict__ out,
                                   unsigned* __restrict__ overflow, long long n) { GRID_ENTER();

@@ -11,6 +11,7 @@
 //! | `ATTN_Q8=0` | the attention quantizes its output for the o projection | a separate `quantize_q8_32` |
 //! | `ROPE_ATTN=0` | rope_store inside the short decode attention (heads of 64, 128) | two kernels |
 //! | `SPLIT_KEYS=N` | `plan::ATT_SPLIT_MIN_KEYS` | keys a split-attention span (other rounding) |
+//! | `SPLIT_SPANS=32` | split-key spans for 8 blocks an SM, at most 128 (`plan::attention_spans`) | session 8's 2 an SM, at most 32 (other rounding) |
 //! | `FLASH_WARPS=N` | `plan::flash_geometry` | warps a flash block (a tuning knob; not held bitwise) |
 //! | `NORM_FUSE=0` | the norm inside its consumer (rows up to 1024) | `residual_norm`, then the consumer |
 //! | `NORM_PARTS=0` | long rows' `residual_norm` over several blocks | one block |
@@ -25,6 +26,7 @@
 //! | `ATTN_PLAIN_LATE=1` (kernel define) | the decode attention without rope (heads of 256) launches the next kernel at its grid wait | after its scores |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
 //! | `Q6K_PLANAR=0` (kernel define + upload) | Q6_K weights on the device in planes (`plan::q6k_planar`) | GGUF's 210-byte blocks |
+//! | `KV=f16` (kernel define + cache) | the KV cache in f32 | fast numerics' cache in f16 (kernels.cu `kv_t`; other rounding, half the memory) |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
@@ -44,6 +46,11 @@ use crate::plan;
 pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     let on = |var: &str, value: &str| std::env::var(var).is_ok_and(|v| v == value);
     let mut d = Vec::new();
+    // The KV cache in f16 where asked for (kernels.cu, kv_t); the exact kernels keep the
+    // reference's f32.
+    if kv_cache_f16(fast) {
+        d.push("-DLOCKSTEP_KV_F16");
+    }
     // Norms and gated activations in f32 (kernels.cu, norm_acc and act_apply); the exact
     // kernels keep the reference's f64.
     if fast && !on("LOCKSTEP_CUDA_FAST_F64", "1") {
@@ -77,6 +84,16 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
         d.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
     }
     d
+}
+
+/// Whether the KV cache holds f16 rather than f32: fast numerics with `LOCKSTEP_CUDA_KV=f16`
+/// (as llama.cpp's and the cpu backend's default: half the cache's memory and half the bytes
+/// its decode attention reads). Not the default: session 30 measured it 0-3.5% slower at tg128
+/// on three of the four shapes, and from -2% to +8% at depth 4096 (BENCHMARKS.md). verify's
+/// `kv_cache_f16` reads the same variable, so `check --ops` feeds the reference what the cache
+/// holds.
+pub(crate) fn kv_cache_f16(fast: bool) -> bool {
+    fast && std::env::var("LOCKSTEP_CUDA_KV").is_ok_and(|v| v == "f16")
 }
 
 /// Whether Q6_K weights go to the device in planes (`plan::q6k_planar`, kernels.cu `q6p_at`):
@@ -119,6 +136,18 @@ pub(crate) fn split_min_keys() -> usize {
             .filter(|&n: &usize| (1..=1 << 20).contains(&n))
             .unwrap_or(plan::ATT_SPLIT_MIN_KEYS)
     })
+}
+
+/// Spans of the split-key attention for a step's shape: [`plan::attention_spans`], or with
+/// `LOCKSTEP_CUDA_SPLIT_SPANS=32` session 8's rule (two blocks an SM, at most 32 spans; a
+/// comparison knob: other spans, other rounding).
+pub(crate) fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize) -> usize {
+    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *OLD.get_or_init(|| std::env::var("LOCKSTEP_CUDA_SPLIT_SPANS").is_ok_and(|v| v == "32")) {
+        plan::attention_spans_rule(n_rows, n_kv_heads, n_sms, 2, 32)
+    } else {
+        plan::attention_spans(n_rows, n_kv_heads, n_sms)
+    }
 }
 
 /// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`; twice
@@ -248,5 +277,12 @@ mod tests {
         }
         assert!(kernel_defines(true).contains(&"-DLOCKSTEP_FAST_F32"));
         assert!(!kernel_defines(false).contains(&"-DLOCKSTEP_FAST_F32"));
+    }
+
+    #[test]
+    fn only_the_fast_build_may_keep_an_f16_cache() {
+        assert!(!kernel_defines(false).contains(&"-DLOCKSTEP_KV_F16"));
+        let asked = std::env::var("LOCKSTEP_CUDA_KV").is_ok_and(|v| v == "f16");
+        assert_eq!(kernel_defines(true).contains(&"-DLOCKSTEP_KV_F16"), asked);
     }
 }

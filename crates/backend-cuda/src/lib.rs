@@ -245,12 +245,14 @@ impl std::ops::Deref for WeightBytes {
     }
 }
 
-/// The paged KV cache in device memory: `[layer][slot][kv_dim]` f32 for K and for V, the same
-/// slot arithmetic as every backend (the engine computes slots).
+/// The paged KV cache in device memory: `[layer][slot][kv_dim]` values for K and for V, the
+/// same slot arithmetic as every backend (the engine computes slots). The values are f16 in
+/// the fast builds and f32 in the exact one (knobs::kv_cache_f16, kernels.cu `kv_t`); the
+/// buffers hold them as raw 16-bit words (two a value for f32), which only kernels read.
 pub struct CudaKvCache {
     layout: KvLayout,
-    k: CudaSlice<f32>,
-    v: CudaSlice<f32>,
+    k: CudaSlice<u16>,
+    v: CudaSlice<u16>,
 }
 
 struct Kernels {
@@ -583,6 +585,8 @@ pub struct CudaBackend {
     /// `cuda` (fast) or `cuda-exact`, with `[FAULT]` appended for a seeded fault.
     name: String,
     numerics: Numerics,
+    /// The KV cache holds f16 values (knobs::kv_cache_f16), not f32.
+    kv_f16: bool,
     /// Decode steps may run the split-key attention (`cuda`: fast numerics, not
     /// deterministic), which never forms per-key probabilities.
     split_attention: bool,
@@ -1035,6 +1039,7 @@ impl CudaBackend {
                 None => base_name.into(),
             },
             numerics,
+            kv_f16: knobs::kv_cache_f16(numerics == Numerics::Fast),
             split_attention: numerics == Numerics::Fast && !opts.deterministic,
             q8: RefCell::new(None),
             q8_of: std::cell::Cell::new(None),
@@ -3183,10 +3188,15 @@ impl Backend for CudaBackend {
             .checked_mul(layout.n_slots())
             .and_then(|n| n.checked_mul(layout.kv_dim))
             .ok_or_else(|| BackendError::Kv(format!("layout {layout:?} overflows")))?;
+        let (words, ty) = if self.kv_f16 { (1, "f16") } else { (2, "f32") };
         let alloc = |what: &str| {
-            self.stream.alloc_zeros::<f32>(n.max(1)).map_err(|e| {
-                BackendError::Kv(format!("allocating {what} ({n} floats) on the GPU: {e}"))
-            })
+            self.stream
+                .alloc_zeros::<u16>(n.max(1) * words)
+                .map_err(|e| {
+                    BackendError::Kv(format!(
+                        "allocating {what} ({n} {ty} values) on the GPU: {e}"
+                    ))
+                })
         };
         Ok(CudaKvCache {
             layout,
@@ -4216,7 +4226,7 @@ impl CudaBackend {
         if rope.is_some() && !decode {
             unreachable!("rope_store_attention fuses only the short decode kernel")
         }
-        let n_spans = plan::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
+        let n_spans = knobs::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
         // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
         // on drop, and a capture that allocates fails).
         let mut partials = split.then(|| {
@@ -4522,7 +4532,7 @@ impl CudaBackend {
                     };
                     emit_roped(self, layer, &roped, taps);
                 }
-                let gather = |c: &CudaSlice<f32>| -> HostTensor {
+                let gather = |c: &CudaSlice<u16>| -> HostTensor {
                     let mut o = self.alloc::<f32>("k_read tap", n_keys * kv_dim);
                     if n_keys > 0 {
                         let di = kv_dim as i32;

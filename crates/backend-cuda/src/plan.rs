@@ -477,8 +477,13 @@ pub const ATT_SPLIT_MAX_HEAD: usize = 512;
 pub const ATT_SPLIT_THREADS: u32 = 128;
 /// The fewest keys a span of the split-key attention gets (fewer spans for short contexts).
 pub const ATT_SPLIT_MIN_KEYS: usize = 8;
-/// The most spans a row's keys are cut into.
-pub const ATT_SPLIT_MAX_SPANS: usize = 32;
+/// The most spans a row's keys are cut into, and the blocks (rows x KV heads x spans) per SM
+/// the spans are chosen to fill. Session 30: with session 8's 32 spans and two blocks an SM, a
+/// span of a 4096-key row held 128 keys, which each of its 4 warps read one key (one memory
+/// round trip) at a time: SmolLM2's tg128 at depth 4096 ran at 342 tokens/s against llama.cpp's
+/// 880 (BENCHMARKS.md). `LOCKSTEP_CUDA_SPLIT_SPANS=32` brings the old rule back.
+pub const ATT_SPLIT_MAX_SPANS: usize = 128;
+pub const ATT_SPLIT_BLOCKS_PER_SM: usize = 8;
 
 /// A decode step is "long" when one of its sequences attends over at least this many keys.
 /// Session 8 (H100, tg128 from an empty cache, keys 1..128, spans of at least 8 keys): the
@@ -677,14 +682,31 @@ pub fn flash_geometry(
 }
 
 /// How many spans the split-key attention cuts each row's keys into: enough blocks (rows x KV
-/// heads x spans) for two per SM, at most [`ATT_SPLIT_MAX_SPANS`]. A function of the step's
-/// shape, never of its context length (spans of a short context stay empty; each span has at
-/// least [`ATT_SPLIT_MIN_KEYS`] keys).
+/// heads x spans) for [`ATT_SPLIT_BLOCKS_PER_SM`] per SM, at most [`ATT_SPLIT_MAX_SPANS`]. A
+/// function of the step's shape, never of its context length (spans of a short context stay
+/// empty; each span has at least [`ATT_SPLIT_MIN_KEYS`] keys).
 pub fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize) -> usize {
+    attention_spans_rule(
+        n_rows,
+        n_kv_heads,
+        n_sms,
+        ATT_SPLIT_BLOCKS_PER_SM,
+        ATT_SPLIT_MAX_SPANS,
+    )
+}
+
+/// [`attention_spans`] with another target and cap (session 8's rule: 2 blocks an SM, 32).
+pub fn attention_spans_rule(
+    n_rows: usize,
+    n_kv_heads: usize,
+    n_sms: usize,
+    per_sm: usize,
+    max_spans: usize,
+) -> usize {
     let blocks = (n_rows * n_kv_heads).max(1);
-    (2 * n_sms.max(1))
+    (per_sm.max(1) * n_sms.max(1))
         .div_ceil(blocks)
-        .clamp(1, ATT_SPLIT_MAX_SPANS)
+        .clamp(1, max_spans.clamp(1, ATT_SPLIT_MAX_SPANS))
 }
 
 /// Whether a step of `n_rows` rows in `n_seqs` sequences, heads of `head_dim` values, runs the
@@ -1247,13 +1269,19 @@ mod tests {
 
     #[test]
     fn attention_spans_fill_the_device_from_the_shape_alone() {
-        // One decode row: 2 x 132 blocks wanted, capped at 32 spans.
-        assert_eq!(attention_spans(1, 1, 132), 32);
-        assert_eq!(attention_spans(1, 8, 132), 32);
-        assert_eq!(attention_spans(4, 8, 132), 9);
+        // One decode row: 8 x 132 blocks wanted, capped at 128 spans.
+        assert_eq!(attention_spans(1, 1, 132), 128);
+        assert_eq!(attention_spans(1, 3, 132), 128);
+        assert_eq!(attention_spans(1, 8, 132), 128);
+        assert_eq!(attention_spans(4, 8, 132), 33);
         // A batch that fills the device alone: one span a row.
-        assert_eq!(attention_spans(64, 8, 132), 1);
-        assert_eq!(attention_spans(0, 0, 0), 2);
+        assert_eq!(attention_spans(64, 8, 132), 3);
+        assert_eq!(attention_spans(512, 8, 132), 1);
+        assert_eq!(attention_spans(0, 0, 0), 8);
+        // Session 8's rule (LOCKSTEP_CUDA_SPLIT_SPANS=32).
+        assert_eq!(attention_spans_rule(1, 8, 132, 2, 32), 32);
+        assert_eq!(attention_spans_rule(4, 8, 132, 2, 32), 9);
+        assert_eq!(attention_spans_rule(1, 8, 132, 2, 1000), 33);
     }
 
     #[test]

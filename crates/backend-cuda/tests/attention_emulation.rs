@@ -214,27 +214,43 @@ fn fused_rope_decode_is_bitwise_the_two_kernels() {
         assert!(!text.contains("rope: MISMATCH"), "heads of {hd}:\n{text}");
         all += &text;
     }
-    // The fast build's norms in f32 (-DLOCKSTEP_FAST_F32, the cuda backend's build): the two
-    // paths still run the same norm, so still bitwise (with norms for heads of 64, seed 3).
+    // The fast build (norms in f32, -DLOCKSTEP_FAST_F32: the cuda backend's build), with its
+    // f32 cache and with the f16 one of LOCKSTEP_CUDA_KV=f16 (-DLOCKSTEP_KV_F16): the two paths
+    // still run the same norm and round the step's own key and value to f16 alike (the fused
+    // kernel's own copies are the cache row's values), so still bitwise (with norms for heads
+    // of 64, seed 3).
     let mut fast = String::new();
-    for hd in ["64", "128"] {
+    for (hd, flags) in [
+        ("64", "-DLOCKSTEP_FAST_F32"),
+        ("128", "-DLOCKSTEP_FAST_F32"),
+        ("64", "-DLOCKSTEP_FAST_F32 -DLOCKSTEP_KV_F16"),
+        ("128", "-DLOCKSTEP_FAST_F32 -DLOCKSTEP_KV_F16"),
+    ] {
         let out = Command::new("bash")
             .arg(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/../../bench/attn_emu/run.sh"
             ))
-            .args(["3", "3", "-DLOCKSTEP_FAST_F32"])
+            .args(["3", "3", flags])
             .env("HD", hd)
             .env("ATTN_EMU_ROPE", "1")
             .output()
             .expect("bash runs");
         let text = String::from_utf8_lossy(&out.stdout).into_owned()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "f32 norms, heads of {hd}:\n{text}");
+        assert!(out.status.success(), "{flags}, heads of {hd}:\n{text}");
         assert!(
             !text.contains("rope: MISMATCH"),
-            "f32 norms, heads of {hd}:\n{text}"
+            "{flags}, heads of {hd}:\n{text}"
         );
+        let same = text
+            .lines()
+            .filter(|l| {
+                l.contains(" decode+rope rows ")
+                    && l.ends_with("bitwise rope_store then attention_decode")
+            })
+            .count();
+        assert!(same >= 4, "{flags}, heads of {hd}:\n{text}");
         fast += &text;
     }
     assert!(fast.contains(" norms: bitwise"), "{fast}");
@@ -260,4 +276,52 @@ fn fused_rope_decode_is_bitwise_the_two_kernels() {
         !out.status.success() && text.contains("rope: MISMATCH in output"),
         "a fused output one ulp off passed:\n{text}"
     );
+}
+
+/// The f16 KV cache (`LOCKSTEP_CUDA_KV=f16`: `-DLOCKSTEP_KV_F16`, kernels.cu `kv_t`): every kernel reads
+/// the same cache values (converted on load), so the tiled kernels stay bitwise the row
+/// kernel, and the split-key, short decode and flash kernels within their bounds of it, on a
+/// cache that holds f16 values.
+#[test]
+fn kernels_agree_on_an_f16_cache() {
+    if !gxx_or_skip() {
+        return;
+    }
+    let f16 = [("ATTN_EMU_FLAGS", "-DLOCKSTEP_KV_F16")];
+    let (ok, text) = emulate_env("4", "11", false, None, false, &f16);
+    assert!(ok, "emulation failed:\n{text}");
+    assert!(text.contains("PASS: 0 mismatches"), "{text}");
+    assert_eq!(text.matches(": ok (zero exps").count(), 12, "{text}");
+    for (hd, seed, long) in [
+        ("64", "3", false),
+        ("128", "5", false),
+        ("256", "4", false),
+        ("64", "5", true),
+    ] {
+        let (ok, text) = emulate_env("3", seed, false, Some(hd), long, &f16);
+        assert!(ok, "emulation failed (heads of {hd}):\n{text}");
+        let decode_ok = text
+            .lines()
+            .filter(|l| {
+                l.contains(" decode rows ")
+                    && l.contains(": within bounds (0 scores, 0 outputs")
+                    && l.ends_with("decode q8: ok")
+            })
+            .count();
+        assert!(
+            decode_ok >= if long { 1 } else { 3 },
+            "heads of {hd}:\n{text}"
+        );
+        assert!(!text.contains("NOT bitwise"), "heads of {hd}:\n{text}");
+        if long {
+            let flash_ok = text
+                .lines()
+                .filter(|l| l.contains(" flash hd 64 ") && l.contains(": within bounds (0 scores"))
+                .count();
+            assert!(flash_ok >= 1, "{text}");
+        }
+    }
+    // A perturbed output is still caught on an f16 cache.
+    let (ok, text) = emulate_env("1", "7", true, Some("64"), false, &f16);
+    assert!(!ok, "a perturbed output passed:\n{text}");
 }

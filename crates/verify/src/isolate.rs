@@ -82,9 +82,9 @@ impl Arithmetic {
     /// What a backend (as named in a trace) declares: `ref` and `cuda-exact` (whose kernels
     /// keep the reference's operation order) the reference's operations, `cpu` 8-bit
     /// activations and an f16 cache, `cuda` and `cuda-det` (fast numerics) 8-bit activations
-    /// for their quantized matmuls (the cache is f32, inside the f16 cache's bound; see
-    /// [`kv_cache_f16`]; `cuda`'s long prefills run in TF32, [`tensor_core_rows`]), anything
-    /// else f32.
+    /// for their quantized matmuls (the cache is f32, inside the f16 cache's bound, or f16 with
+    /// `LOCKSTEP_CUDA_KV=f16`; see [`kv_cache_f16`]; `cuda`'s long prefills run in TF32,
+    /// [`tensor_core_rows`]), anything else f32.
     pub fn for_backend(name: &str) -> Arithmetic {
         match name.split('[').next().unwrap_or(name) {
             "ref" | "cuda-exact" => Arithmetic::Exact,
@@ -1425,15 +1425,18 @@ impl Isolator {
 }
 
 /// Whether B, declaring `arith`, stores its KV cache as f16: ggml-cpu and quant8 say so (the
-/// cpu backend), except for cuda's fast numerics, whose quant8 covers the matmuls and whose cache is f32.
+/// cpu backend), except for cuda's fast numerics (`cuda`, `cuda-det`), whose quant8 covers the
+/// matmuls and whose cache is f32 unless the process runs with `LOCKSTEP_CUDA_KV=f16` (the
+/// backend reads the same variable when it compiles its kernels and allocates its cache).
 /// (An f32 cache is inside every f16 bound; the op harness needs to know which values the
 /// cache holds to feed the reference the same ones.)
 pub fn kv_cache_f16(arith: Arithmetic, backend: &str) -> bool {
-    let f32_cache = matches!(
+    let cuda_fast = matches!(
         backend.split('[').next().unwrap_or(backend),
         "cuda" | "cuda-det"
     );
-    arith == Arithmetic::GgmlCpu || (arith == Arithmetic::Quant8 && !f32_cache)
+    let cuda_f16 = std::env::var("LOCKSTEP_CUDA_KV").is_ok_and(|v| v == "f16");
+    arith == Arithmetic::GgmlCpu || (arith == Arithmetic::Quant8 && (!cuda_fast || cuda_f16))
 }
 
 /// Whether B quantizes the activations of a matmul against a weight of type `ty`.
@@ -1859,9 +1862,11 @@ mod tests {
         assert_eq!(Arithmetic::for_backend("llama.cpp"), Arithmetic::Float);
         // The cpu's quant8 keeps an f16 cache; cuda's fast numerics an f32 one.
         assert!(kv_cache_f16(Arithmetic::Quant8, "cpu"));
-        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda"));
-        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda[wrong-kv-head]"));
-        assert!(!kv_cache_f16(Arithmetic::Quant8, "cuda-det"));
+        let f16 = std::env::var("LOCKSTEP_CUDA_KV").is_ok_and(|v| v == "f16");
+        assert_eq!(kv_cache_f16(Arithmetic::Quant8, "cuda"), f16);
+        assert_eq!(kv_cache_f16(Arithmetic::Quant8, "cuda[wrong-kv-head]"), f16);
+        assert_eq!(kv_cache_f16(Arithmetic::Quant8, "cuda-det"), f16);
+        assert!(!kv_cache_f16(Arithmetic::Exact, "cuda-exact"));
         assert!(!kv_cache_f16(Arithmetic::Exact, "cpu"));
         assert!(crate::check::bitwise_invariances("cuda").len() > 1);
         assert_eq!(
