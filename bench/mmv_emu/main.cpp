@@ -24,12 +24,7 @@ inline unsigned __vsub4(unsigned a, unsigned b) {
     for (int i = 0; i < 4; i++) r |= (((a >> (8 * i)) - (b >> (8 * i))) & 0xFFu) << (8 * i);
     return r;
 }
-// cvt.f32.f16: exact.
-inline float h2f(u16 h) {
-    unsigned s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? std::ldexp((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp((float)(m | 1024), (int)e - 25);
-    return s ? -v : v;
-}
+// cvt.f32.f16 (exact): the attention shim's h2f.
 inline u16 ld16(const u8* p) { return (u16)p[0] | ((u16)p[1] << 8); }
 inline float ldh(const u8* p) { return h2f(ld16(p)); }
 #include "kern.inc"

@@ -475,7 +475,8 @@ pub const ATT_SPLIT_MAX_GROUP: usize = 8;
 pub const ATT_SPLIT_MAX_HEAD: usize = 512;
 /// Threads of an `attention_split` / `attention_combine` block.
 pub const ATT_SPLIT_THREADS: u32 = 128;
-/// The fewest keys a span of the split-key attention gets (fewer spans for short contexts).
+/// The fewest keys a span of the split-key attention gets (fewer spans for short contexts); the
+/// kernel also gives a span at least ceil(sqrt(n) / 2) keys of a row of n (session 30).
 pub const ATT_SPLIT_MIN_KEYS: usize = 8;
 /// The most spans a row's keys are cut into, and the blocks (rows x KV heads x spans) per SM
 /// the spans are chosen to fill. Session 30: with session 8's 32 spans and two blocks an SM, a
