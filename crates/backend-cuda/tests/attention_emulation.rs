@@ -33,6 +33,24 @@ fn emulate_with(
     emulate_env(cases, seed, perturb, head_dim, long, &[])
 }
 
+/// Short decode cases within their bound, with their fused quantization right.
+fn decode_within_bounds(text: &str) -> usize {
+    text.lines()
+        .filter(|l| {
+            l.contains(" decode rows ")
+                && l.contains(": within bounds (0 scores, 0 outputs")
+                && l.ends_with("decode q8: ok")
+        })
+        .count()
+}
+
+/// Flash cases (heads of 64) within their bound.
+fn flash_within_bounds(text: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains(" flash hd 64 ") && l.contains(": within bounds (0 scores"))
+        .count()
+}
+
 fn emulate_env(
     cases: &str,
     seed: &str,
@@ -106,10 +124,7 @@ fn flash_attention_is_within_the_f32_bound() {
     }
     let (ok, text) = emulate_with("3", "5", false, Some("64"), true);
     assert!(ok, "emulation failed:\n{text}");
-    let flash_ok = text
-        .lines()
-        .filter(|l| l.contains(" flash hd 64 ") && l.contains(": within bounds (0 scores"))
-        .count();
+    let flash_ok = flash_within_bounds(&text);
     assert_eq!(flash_ok, 3, "{text}");
     assert_eq!(text.matches("flash q8: ok").count(), 3, "{text}");
     let (ok, text) = emulate_with("1", "8", true, Some("64"), true);
@@ -139,14 +154,7 @@ fn decode_attention_is_within_the_f32_bound() {
     ] {
         let (ok, text) = emulate_with("4", seed, false, Some(hd), long);
         assert!(ok, "emulation failed (heads of {hd}):\n{text}");
-        let decode_ok = text
-            .lines()
-            .filter(|l| {
-                l.contains(" decode rows ")
-                    && l.contains(": within bounds (0 scores, 0 outputs")
-                    && l.ends_with("decode q8: ok")
-            })
-            .count();
+        let decode_ok = decode_within_bounds(&text);
         // Long contexts (over 128 keys) are not the kernel's: those cases skip it.
         assert!(
             decode_ok >= if long { 1 } else { 4 },
@@ -300,24 +308,14 @@ fn kernels_agree_on_an_f16_cache() {
     ] {
         let (ok, text) = emulate_env("3", seed, false, Some(hd), long, &f16);
         assert!(ok, "emulation failed (heads of {hd}):\n{text}");
-        let decode_ok = text
-            .lines()
-            .filter(|l| {
-                l.contains(" decode rows ")
-                    && l.contains(": within bounds (0 scores, 0 outputs")
-                    && l.ends_with("decode q8: ok")
-            })
-            .count();
+        let decode_ok = decode_within_bounds(&text);
         assert!(
             decode_ok >= if long { 1 } else { 3 },
             "heads of {hd}:\n{text}"
         );
         assert!(!text.contains("NOT bitwise"), "heads of {hd}:\n{text}");
         if long {
-            let flash_ok = text
-                .lines()
-                .filter(|l| l.contains(" flash hd 64 ") && l.contains(": within bounds (0 scores"))
-                .count();
+            let flash_ok = flash_within_bounds(&text);
             assert!(flash_ok >= 1, "{text}");
         }
     }
