@@ -1628,25 +1628,80 @@ ATTENTION_TILE(attention_tile_wide, 2)
 // f32, run by `cuda` (fast numerics, not deterministic) for decode steps, one row a sequence.
 // A row's visible range [lo, hi] is cut into gridDim.z spans of at least `min_keys` keys; one
 // block per (row, KV head, span) serves all the query heads of that KV head, so each K and V
-// row is read once for all of them:
-//  - scores: one warp per key, each lane an f32 partial dot over every 32nd element, summed by
-//    a butterfly of shuffles (every lane ends with the same value), times scale, -inf where
-//    masked; written to `scores` for every key of the row (-inf outside [lo, hi]), as
-//    `attention` does: the kq tap is this buffer;
-//  - the span's max m per head; e = expf(s - m) of the scores read back from `scores` (0 for
-//    -inf), their sum l and the sums of e * V in f32, keys in order within the span;
-//  - (m, l, sum e V) per (row, head, span) to `part`, (head_dim + 2) floats each.
+// row is read once for all of them. A span is read a chunk of keys at a time, each chunk one
+// memory round trip (session 31; before, each warp read one key a round trip and the scores
+// went through memory and back):
+//  - a key's K and V rows are read by a team of `tpk` threads (the least power of two with
+//    16 tpk >= head_dim), four values at a time, ATT_S_KPT loads each, all of a chunk's K and
+//    V loads issued together; the chunk is ATT_S_THREADS / tpk keys (32 for heads of 64);
+//  - scores: each thread's f32 partial dots with the group's q rows (from shared memory),
+//    summed over the team by shuffles, times scale, -inf where masked; written to `scores`
+//    for every key of the row (-inf outside [lo, hi], shared out among the spans): the kq
+//    tap is this buffer, which nothing reads back;
+//  - an online softmax over the chunks, a warp a head: the chunk's max, m' = max(m, that),
+//    e = expf(s - m') (0 for -inf), l' = l expf(m - m') + sum e; the chunk's V rows are staged
+//    in shared memory, and each thread keeps four elements of every head's sums over every
+//    (128 / (head_dim / 4))-th key, acc' = acc expf(m - m') + sum e V (one V load serves the
+//    group: session 31's Nsight Compute put the kernel at issue, not at memory); at the span's
+//    end those key groups are added in order;
+//  - (m, l, sum e V) per (row, head, span) to `part`, head_dim + ATT_S_PART_HEAD floats each
+//    (the sums 16-byte aligned for the combine's loads).
 // `attention_combine` (a block per (row, head)) rescales the spans to the largest m, M, with
-// w = expf(m - M): L = sum w l and out = (sum w acc) / L, spans in order. Per-key
-// probabilities are never formed, so this path does not expose kq_softmax (hidden_taps). The
-// output is quantized for the next matmul as `attention` does. The spans' count depends on the
-// step's shape, so results are not batch-invariant: `cuda-det` and `cuda-exact` never run this.
+// w = expf(m - M): L = sum w l and out = (sum w acc) / L, spans summed in ATT_C_THREADS /
+// (head_dim / 4) interleaved groups, then the groups in order. Per-key probabilities are never
+// formed, so this path does not expose kq_softmax (hidden_taps). The output is quantized for
+// the next matmul as `attention` does. The spans' count depends on the step's shape, so results
+// are not batch-invariant: `cuda-det` and `cuda-exact` never run this. Heads of a multiple of
+// 4 values, at most ATT_S_MAX_D (`plan::use_split_attention`).
 #define ATT_S_THREADS 128
 #define ATT_S_MAX_G 8
-#define ATT_S_SUB 64
-#define ATT_S_MAX_D 512
+// Heads of up to 256 values: a chunk then holds at least 8 keys, which verify's error bound
+// for this arithmetic counts on (`attention_error_bounds`).
+#define ATT_S_MAX_D 256
 // The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_S_THREADS).
 #define ATT_SPLIT_SPANS 128
+// Four-value loads of K (and of V) a thread issues per chunk. (8, twice the keys a chunk, in
+// session 31e: Gemma-3's heads of 256 +4-5%, SmolLM2 and the Llamas -1 to -15% at depth 1024.)
+#ifndef ATT_S_KPT
+#define ATT_S_KPT 4
+#endif
+// A chunk's keys at most (tpk = 1) and its V values at most (keys x head_dim <= threads x 16).
+#define ATT_S_MAX_CHUNK ATT_S_THREADS
+#define ATT_S_CHUNK_VALUES (ATT_S_THREADS * ATT_S_KPT * 4)
+// A block's query heads times head size at most.
+#define ATT_S_MAX_GD (ATT_S_MAX_G * ATT_S_MAX_D)
+// A partial's header (m, l and padding) before its sums (`plan::ATT_SPLIT_PART_HEAD`).
+#define ATT_S_PART_HEAD 4
+// Threads of an `attention_combine` block (`plan::ATT_COMBINE_THREADS`).
+#define ATT_C_THREADS 512
+
+// A split-key chunk's key j: its cache slot and whether it is visible (0 and false past s1).
+__device__ __forceinline__ void att_split_slot(const u32* slots, const u8* mask, int soff, int moff,
+                                               int j, int s1, u32& slot, bool& vis) {
+    slot = 0;
+    vis = false;
+    if (j < s1) {
+        slot = slots[soff + j];
+        vis = moff < 0 || mask[moff + j];
+    }
+}
+// This thread's part of a key's K and V rows (kr, vr): four values at 4 (part + tpk i), zeros
+// for a key not live (masked, or past the span).
+__device__ __forceinline__ void att_split_load(KvHeld<true> (&kx)[ATT_S_KPT], KvHeld<true> (&vx)[ATT_S_KPT],
+                                               const kv_t* kr, const kv_t* vr, int part, int tpk, int nf,
+                                               bool live) {
+#pragma unroll
+    for (int i = 0; i < ATT_S_KPT; i++) {
+        int f = part + tpk * i;
+        if (live && f < nf) {
+            kx[i].set(kv_ld4(kr + 4 * f));
+            vx[i].set(kv_ld4(vr + 4 * f));
+        } else {
+            kx[i].set(kv_of4(float4{0.f, 0.f, 0.f, 0.f}));
+            vx[i].set(kv_of4(float4{0.f, 0.f, 0.f, 0.f}));
+        }
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
@@ -1661,11 +1716,14 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     int group = n_heads / n_kv_heads;
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
-    __shared__ float s_q[ATT_S_MAX_G * ATT_S_MAX_D];
-    __shared__ float s_e[ATT_S_MAX_G * ATT_S_SUB];
-    __shared__ u32 s_slot[ATT_S_SUB];
-    __shared__ float s_wmax[ATT_S_THREADS / 32][ATT_S_MAX_G];
-    __shared__ float s_m[ATT_S_MAX_G];
+    int pst = head_dim + ATT_S_PART_HEAD;
+    // q rows, a chunk's V rows and its scores; at the end, the o_groups' sums (at most
+    // ATT_S_THREADS x 4 x group values).
+    __shared__ __align__(16) float s_red[ATT_S_MAX_GD + ATT_S_CHUNK_VALUES + ATT_S_MAX_G * ATT_S_MAX_CHUNK];
+    float* s_q = s_red;
+    float* s_v = s_red + ATT_S_MAX_GD;
+    float* s_s = s_v + ATT_S_CHUNK_VALUES;
+    __shared__ float s_m[ATT_S_MAX_G], s_l[ATT_S_MAX_G], s_a[ATT_S_MAX_G];
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
     int n = hi - lo + 1;
@@ -1678,6 +1736,9 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     while (rt * rt > n) rt--;
     while ((rt + 1) * (rt + 1) <= n) rt++;
     int per = max(max(min_keys, (rt + 1) / 2), (n + n_spans - 1) / n_spans);
+    int tpk = 1;
+    while (tpk * 4 * ATT_S_KPT < head_dim) tpk <<= 1;
+    int ck = ATT_S_THREADS / tpk;
     int s0 = lo + span * per, s1 = min(hi + 1, s0 + per);
     // Scores outside [lo, hi]: -inf, shared out among the spans.
     for (int j = span * ATT_S_THREADS + tid; j < n_kv; j += n_spans * ATT_S_THREADS)
@@ -1689,178 +1750,230 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
         // reads (it never reads the sums of spans after the last one with a visible key).
         if (tid < group) {
             int h = att_query_head(kh, tid, group, n_kv_heads);
-            float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * (head_dim + 2);
+            float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * pst;
             pp[0] = NEG_INF;
             pp[1] = 0.f;
         }
         return;
     }
+    int jj = tid / tpk, part_i = tid - jj * tpk, nf = head_dim / 4;
+    // The first chunk's slot and mask bit, in flight with the q rows.
+    int j = s0 + jj;
+    u32 slot;
+    bool vis;
+    att_split_slot(slots, mask, soff, moff, j, s1, slot, vis);
     for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
         int i = x / head_dim, d = x - i * head_dim;
         s_q[i * head_dim + d] =
             q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * head_dim + d];
     }
-    __syncthreads();
-    float wmax[ATT_S_MAX_G];
+    if (tid < group) {
+        s_m[tid] = NEG_INF;
+        s_l[tid] = 0.f;
+    }
+    int o_groups = max(1, ATT_S_THREADS / nf), og = tid / nf, of = tid - og * nf;
+    float4 acc[ATT_S_MAX_G];
 #pragma unroll
-    for (int i = 0; i < ATT_S_MAX_G; i++) wmax[i] = NEG_INF;
-    for (int j = s0 + warp; j < s1; j += ATT_S_THREADS / 32) {
-        // Uniform per warp (one key a warp).
-        bool vis = moff < 0 || mask[moff + j];
+    for (int h = 0; h < ATT_S_MAX_G; h++) acc[h] = float4{0.f, 0.f, 0.f, 0.f};
+    size_t hoff = (size_t)kh * head_dim;
+    KvHeld<true> kx[ATT_S_KPT], vx[ATT_S_KPT];
+    __syncthreads();
+    TL_MARK(1);
+    for (int c0 = s0; c0 < s1; c0 += ck) {
+        j = c0 + jj;
+        // Every K and V load of the chunk first (one round trip), then the next chunk's slot.
+        // (Loading the next chunk's K and V while this one is summed, `ATT_S_PIPE` in session
+        // 31e, lost 0-11% on three of four shapes: it takes 150 registers a thread.)
+        bool live = j < s1 && vis;
+        att_split_load(kx, vx, kc + (base + slot) * kv_dim + hoff, vc + (base + slot) * kv_dim + hoff, part_i, tpk, nf, live);
+        att_split_slot(slots, mask, soff, moff, j + ck, s1, slot, vis);
         float a[ATT_S_MAX_G];
 #pragma unroll
-        for (int i = 0; i < ATT_S_MAX_G; i++) a[i] = 0.f;
-        if (vis) {
-            const kv_t* kr = kc + (base + slots[soff + j]) * kv_dim + (size_t)kh * head_dim;
-            // Every load of the row first (one memory round trip a key), then the products.
-            // (An f16 cache's values converted only once all are loaded: a conversion between
-            // two loads would make the second wait for the first.)
-            kv_t kraw[ATT_S_MAX_D / 32];
+        for (int h = 0; h < ATT_S_MAX_G; h++) a[h] = 0.f;
 #pragma unroll
-            for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
-                int d = lane + 32 * t;
-                kraw[t] = d < head_dim ? kr[d] : kv_of(0.f);
+        for (int i = 0; i < ATT_S_KPT; i++) {
+            int f = part_i + tpk * i;
+            if (f < nf) {
+                float4 k4 = kx[i].get();
+#pragma unroll
+                for (int h = 0; h < ATT_S_MAX_G; h++)
+                    if (h < group) {
+                        float4 q4 = *(const float4*)&s_q[h * head_dim + 4 * f];
+                        a[h] += q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w;
+                    }
             }
-            float kv[ATT_S_MAX_D / 32];
-#pragma unroll
-            for (int t = 0; t < ATT_S_MAX_D / 32; t++) kv[t] = kv_f(kraw[t]);
-#pragma unroll
-            for (int t = 0; t < ATT_S_MAX_D / 32; t++) {
-                int d = lane + 32 * t;
-                if (d < head_dim)
-#pragma unroll
-                    for (int i = 0; i < ATT_S_MAX_G; i++)
-                        if (i < group) a[i] += s_q[i * head_dim + d] * kv[t];
-            }
-#pragma unroll
-            for (int i = 0; i < ATT_S_MAX_G; i++)
-                if (i < group)
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) a[i] += __shfl_xor_sync(0xffffffffu, a[i], o);
         }
 #pragma unroll
-        for (int i = 0; i < ATT_S_MAX_G; i++) {
-            if (i < group) {
-                float s = NEG_INF;
-                if (vis) {
-                    s = att_score_path(a[i] * scale, moff);
+        for (int h = 0; h < ATT_S_MAX_G; h++)
+            if (h < group)
+                for (int o = tpk >> 1; o > 0; o >>= 1) a[h] += __shfl_xor_sync(0xffffffffu, a[h], o);
+        if (part_i == 0) {
+#pragma unroll
+            for (int h = 0; h < ATT_S_MAX_G; h++)
+                if (h < group) {
+                    float s = live ? att_score_path(a[h] * scale, moff) : NEG_INF;
+                    s_s[h * ck + jj] = s;
+                    if (j < s1) scores[soff_sc + (size_t)att_query_head(kh, h, group, n_kv_heads) * n_kv + j] = s;
                 }
-                if (lane == 0) scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + j] = s;
-                wmax[i] = fmaxf(wmax[i], s);
+        }
+#pragma unroll
+        for (int i = 0; i < ATT_S_KPT; i++) {
+            int f = part_i + tpk * i;
+            if (f < nf) *(float4*)&s_v[jj * head_dim + 4 * f] = vx[i].get();
+        }
+        TL_MARK(2);
+        __syncthreads();
+        // The chunk's softmax step, a warp a head.
+        for (int h = warp; h < group; h += ATT_S_THREADS / 32) {
+            float cm = NEG_INF;
+            for (int x = lane; x < ck; x += 32) cm = fmaxf(cm, s_s[h * ck + x]);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+            float mo = s_m[h], mn = fmaxf(mo, cm);
+            float sum = 0.f;
+            for (int x = lane; x < ck; x += 32) {
+                float s = s_s[h * ck + x];
+                float e = s == NEG_INF ? 0.f : expf(s - mn);
+                s_s[h * ck + x] = e;
+                sum += e;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            if (lane == 0) {
+                float al = mo == NEG_INF ? 0.f : expf(mo - mn);
+                s_a[h] = al;
+                s_m[h] = mn;
+                s_l[h] = s_l[h] * al + sum;
             }
         }
-    }
-    if (lane == 0)
+        __syncthreads();
+        TL_MARK(3);
+        int nk = min(ck, s1 - c0);
+        // O += e V: thread (og, of) takes four elements (of) of every head, keys og, og +
+        // o_groups, ... of the chunk: each V load from shared memory serves the whole group.
+        if (og < o_groups) {
 #pragma unroll
-        for (int i = 0; i < ATT_S_MAX_G; i++) s_wmax[warp][i] = wmax[i];
+            for (int h = 0; h < ATT_S_MAX_G; h++)
+                if (h < group) {
+                    float al = s_a[h];
+                    acc[h].x *= al;
+                    acc[h].y *= al;
+                    acc[h].z *= al;
+                    acc[h].w *= al;
+                }
+            for (int y = og; y < nk; y += o_groups) {
+                float4 v4 = *(const float4*)&s_v[y * head_dim + 4 * of];
+#pragma unroll
+                for (int h = 0; h < ATT_S_MAX_G; h++)
+                    if (h < group) {
+                        float e = s_s[h * ck + y];
+                        acc[h].x += e * v4.x;
+                        acc[h].y += e * v4.y;
+                        acc[h].z += e * v4.z;
+                        acc[h].w += e * v4.w;
+                    }
+            }
+        }
+        __syncthreads();  // the chunk's scores, exps and V are spent
+        TL_MARK(4);
+    }
+    // The partials of head i: [m, l, padding, the sums over the o_groups in order].
+    float* red = s_red;  // the q rows, V and scores are spent: o_groups x group x head_dim
+    if (og < o_groups)
+#pragma unroll
+        for (int h = 0; h < ATT_S_MAX_G; h++)
+            if (h < group) *(float4*)&red[(og * group + h) * head_dim + 4 * of] = acc[h];
     __syncthreads();
     if (tid < group) {
-        float m = NEG_INF;
-        for (int w = 0; w < ATT_S_THREADS / 32; w++) m = fmaxf(m, s_wmax[w][tid]);
-        s_m[tid] = m;
+        int h = att_query_head(kh, tid, group, n_kv_heads);
+        float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * pst;
+        pp[0] = s_m[tid];
+        pp[1] = s_l[tid];
     }
-    // The weighted sum of V: the span's keys a sub-chunk at a time, their exps (from the scores
-    // this block wrote above) and slots staged in shared memory.
-    float l = 0.f;
-    float acc[ATT_S_MAX_G][ATT_S_MAX_D / ATT_S_THREADS];
-#pragma unroll
-    for (int i = 0; i < ATT_S_MAX_G; i++)
-#pragma unroll
-        for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) acc[i][t] = 0.f;
-    for (int c0 = s0; c0 < s1; c0 += ATT_S_SUB) {
-        int nc = min(ATT_S_SUB, s1 - c0);
-        __syncthreads();  // s_m is set; the previous sub-chunk's exps and slots are spent
-        for (int x = tid; x < group * nc; x += ATT_S_THREADS) {
-            int i = x / nc, jj = x - i * nc;
-            float s = scores[soff_sc + (size_t)att_query_head(kh, i, group, n_kv_heads) * n_kv + c0 + jj];
-            s_e[i * ATT_S_SUB + jj] = s == NEG_INF ? 0.f : expf(s - s_m[i]);
-        }
-        for (int x = tid; x < nc; x += ATT_S_THREADS) s_slot[x] = slots[soff + c0 + x];
-        __syncthreads();
-        if (tid < group)
-            for (int jj = 0; jj < nc; jj++) l += s_e[tid * ATT_S_SUB + jj];
-#pragma unroll
-        for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
-            int d = tid + t * ATT_S_THREADS;
-            if (d < head_dim) {
-                const kv_t* vb = vc + (size_t)kh * head_dim + d;
-#pragma unroll 8
-                for (int jj = 0; jj < nc; jj++) {
-                    float v = kv_f(vb[(base + s_slot[jj]) * kv_dim]);
-#pragma unroll
-                    for (int i = 0; i < ATT_S_MAX_G; i++)
-                        if (i < group) acc[i][t] += s_e[i * ATT_S_SUB + jj] * v;
-                }
-            }
-        }
+    for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
+        int i = x / head_dim, d = x - i * head_dim;
+        float sum = 0.f;
+        for (int g = 0; g < o_groups; g++) sum += red[(g * group + i) * head_dim + d];
+        int h = att_query_head(kh, i, group, n_kv_heads);
+        part[(((size_t)row * n_heads + h) * n_spans + span) * pst + ATT_S_PART_HEAD + d] = sum;
     }
-    __syncthreads();
-    // The partials of head i: [m, l, acc[0 .. head_dim)].
-#pragma unroll
-    for (int i = 0; i < ATT_S_MAX_G; i++) {
-        if (i < group) {
-            int h = att_query_head(kh, i, group, n_kv_heads);
-            float* pp = part + (((size_t)row * n_heads + h) * n_spans + span) * (head_dim + 2);
-            if (tid == i) {
-                pp[0] = s_m[i];
-                pp[1] = l;
-            }
-#pragma unroll
-            for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
-                int d = tid + t * ATT_S_THREADS;
-                if (d < head_dim) pp[2 + d] = acc[i][t];
-            }
-        }
-    }
+    TL_MARK(9);
 }
 
-extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_combine(
+extern "C" __global__ void __launch_bounds__(ATT_C_THREADS) attention_combine(
     const float* part, float* out, int n_heads, int head_dim, int n_spans, signed char* q8q,
     Q8Blk* q8d) { GRID_ENTER();
     const float NEG_INF = __int_as_float(0xff800000);
-    int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    int st = head_dim + 2;
+    int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int st = head_dim + ATT_S_PART_HEAD;
     const float* pp = part + ((size_t)row * n_heads + h) * n_spans * st;
-    // The spans' maxima and sums, loaded together; then M, each span's weight w = expf(m - M)
-    // (0 for an empty span: no visible key, m = -inf) and L = sum w l, in span order.
-    __shared__ float s_m[ATT_SPLIT_SPANS], s_l[ATT_SPLIT_SPANS], s_w[ATT_SPLIT_SPANS];
-    __shared__ float s_L;
-    __shared__ int s_used;
+    __shared__ float s_w[ATT_SPLIT_SPANS];
+    __shared__ float s_red[ATT_C_THREADS / 32];
+    __shared__ int s_used[ATT_C_THREADS / 32];
+    __shared__ __align__(16) float s_sum[ATT_C_THREADS * 4];
+    // The spans' maxima and sums (a thread a span); M, the spans used (those up to the last
+    // with a visible key: later ones are all empty and never wrote their sums), each span's
+    // weight w = expf(m - M) (0 for no visible key, m = -inf) and L = sum w l.
+    float m = NEG_INF, l = 0.f;
     if (tid < n_spans) {
-        s_m[tid] = pp[tid * st];
-        s_l[tid] = pp[tid * st + 1];
+        m = pp[tid * st];
+        l = pp[tid * st + 1];
+    }
+    float wm = m;
+    int u = m != NEG_INF ? tid + 1 : 0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        wm = fmaxf(wm, __shfl_xor_sync(0xffffffffu, wm, o));
+        u = max(u, __shfl_xor_sync(0xffffffffu, u, o));
+    }
+    if (lane == 0) {
+        s_red[warp] = wm;
+        s_used[warp] = u;
     }
     __syncthreads();
-    if (tid == 0) {
-        float M = NEG_INF;
-        int used = 0;
-        for (int c = 0; c < n_spans; c++) {
-            M = fmaxf(M, s_m[c]);
-            if (s_m[c] != NEG_INF) used = c + 1;
+    TL_MARK(1);
+    float M = NEG_INF;
+    int used = 0;
+    for (int w = 0; w < ATT_C_THREADS / 32; w++) {
+        M = fmaxf(M, s_red[w]);
+        used = max(used, s_used[w]);
+    }
+    float w = m != NEG_INF ? expf(m - M) : 0.f;
+    if (tid < ATT_SPLIT_SPANS) s_w[tid] = w;
+    float wl = m != NEG_INF ? w * l : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) wl += __shfl_xor_sync(0xffffffffu, wl, o);
+    __syncthreads();  // every thread has read the maxima
+    if (lane == 0) s_red[warp] = wl;
+    __syncthreads();
+    float L = 0.f;
+    for (int x = 0; x < ATT_C_THREADS / 32; x++) L += s_red[x];
+    // The weighted sums: thread (g, f) adds four elements (f) of spans g, g + groups, ...;
+    // every span before `used` wrote its sums (an all-masked span zeros, with w = 0).
+    int nf = head_dim / 4, groups = max(1, ATT_C_THREADS / nf);
+    int g = tid / nf, f = tid - g * nf;
+    if (g < groups) {
+        float4 a = float4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+        for (int c = g; c < used; c += groups) {
+            float wc = s_w[c];
+            float4 v = *(const float4*)(pp + (size_t)c * st + ATT_S_PART_HEAD + 4 * f);
+            a.x += wc * v.x;
+            a.y += wc * v.y;
+            a.z += wc * v.z;
+            a.w += wc * v.w;
         }
-        float L = 0.f;
-        for (int c = 0; c < n_spans; c++) {
-            float w = s_m[c] != NEG_INF ? expf(s_m[c] - M) : 0.f;
-            s_w[c] = w;
-            if (s_m[c] != NEG_INF) L += w * s_l[c];
-        }
-        s_L = L;
-        s_used = used;
+        *(float4*)&s_sum[(g * nf + f) * 4] = a;
     }
     __syncthreads();
-    float L = s_L;
-    int used = s_used;
+    TL_MARK(2);
     int q_dim = n_heads * head_dim;
 #pragma unroll
-    for (int t = 0; t < ATT_S_MAX_D / ATT_S_THREADS; t++) {
-        int d = tid + t * ATT_S_THREADS;
+    for (int t = 0; t < (ATT_S_MAX_D + ATT_C_THREADS - 1) / ATT_C_THREADS; t++) {
+        int d = tid + t * ATT_C_THREADS;
         float a = 0.f;
-        if (d < head_dim) {
-            // Spans after the last one with a visible key are all empty.
-#pragma unroll 8
-            for (int c = 0; c < used; c++)
-                if (s_m[c] != NEG_INF) a += s_w[c] * pp[c * st + 2 + d];
-        }
+        if (d < head_dim)
+            for (int x = 0; x < groups; x++) a += s_sum[x * head_dim + d];
         // No visible key at all (an all-false mask row): 0, as `attention` gives.
         float v = L > 0.f ? a / L : 0.f;
         size_t o = (size_t)row * q_dim + (size_t)h * head_dim + d;

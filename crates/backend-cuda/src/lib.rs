@@ -4230,7 +4230,7 @@ impl CudaBackend {
         // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
         // on drop, and a capture that allocates fails).
         let mut partials = split.then(|| {
-            let n = (q.rows * p.n_heads * n_spans * (hd + 2)).max(1);
+            let n = (q.rows * p.n_heads * n_spans * (hd + plan::ATT_SPLIT_PART_HEAD)).max(1);
             let b = self.alloc_f32("attention partials", n);
             self.tensor("attention partials", b, 1, n)
         });
@@ -4275,7 +4275,7 @@ impl CudaBackend {
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: the plan checked every slot against the cache, every row's sequence and
-                // mask; the score buffer holds n_scores values; `part` holds (head_dim + 2)
+                // mask; the score buffer holds n_scores values; `part` holds (head_dim + 4)
                 // floats per (row, head, span); the group and head size are within the block's
                 // arrays (`plan::use_split_attention`).
                 unsafe { b.launch(cfg) }
@@ -4290,7 +4290,7 @@ impl CudaBackend {
                 };
                 let cfg = LaunchConfig {
                     grid_dim: (q.rows as u32, p.n_heads as u32, 1),
-                    block_dim: (plan::ATT_SPLIT_THREADS, 1, 1),
+                    block_dim: (plan::ATT_COMBINE_THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: `part` was written above for every (row, head, span); `out` holds
@@ -4832,6 +4832,8 @@ mod tests {
             ("ATT_S_MAX_G", plan::ATT_SPLIT_MAX_GROUP),
             ("ATT_S_MAX_D", plan::ATT_SPLIT_MAX_HEAD),
             ("ATT_S_THREADS", plan::ATT_SPLIT_THREADS as usize),
+            ("ATT_S_PART_HEAD", plan::ATT_SPLIT_PART_HEAD),
+            ("ATT_C_THREADS", plan::ATT_COMBINE_THREADS as usize),
         ] {
             assert!(
                 KERNEL_SOURCE.contains(&format!("#define {name} {v}\n")),

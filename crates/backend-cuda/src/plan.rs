@@ -472,9 +472,15 @@ pub enum AttnChoice {
 /// Query heads per KV head the split-key attention serves in one block (`ATT_S_MAX_G`), and
 /// the longest head it holds (`ATT_S_MAX_D`).
 pub const ATT_SPLIT_MAX_GROUP: usize = 8;
-pub const ATT_SPLIT_MAX_HEAD: usize = 512;
-/// Threads of an `attention_split` / `attention_combine` block.
+pub const ATT_SPLIT_MAX_HEAD: usize = 256;
+/// Threads of an `attention_split` block.
 pub const ATT_SPLIT_THREADS: u32 = 128;
+/// Threads of an `attention_combine` block (a block per (row, head): many threads, so that
+/// the spans' sums are read in few round trips).
+pub const ATT_COMBINE_THREADS: u32 = 512;
+/// Floats before a partial's sums in `attention_split`'s output (m, l, padding), so that the
+/// sums are 16-byte aligned; a partial is `head_dim + ATT_SPLIT_PART_HEAD` floats.
+pub const ATT_SPLIT_PART_HEAD: usize = 4;
 /// The fewest keys a span of the split-key attention gets (fewer spans for short contexts); the
 /// kernel also gives a span at least ceil(sqrt(n) / 2) keys of a row of n (session 30).
 pub const ATT_SPLIT_MIN_KEYS: usize = 8;
@@ -525,7 +531,8 @@ pub fn use_split_attention(
     let fits = n_kv_heads > 0
         && n_heads.is_multiple_of(n_kv_heads)
         && n_heads / n_kv_heads <= ATT_SPLIT_MAX_GROUP
-        && head_dim <= ATT_SPLIT_MAX_HEAD;
+        && head_dim <= ATT_SPLIT_MAX_HEAD
+        && head_dim.is_multiple_of(4);
     // Short decode steps with heads over 128 values (where the row kernel lost) take the
     // short decode kernel where it holds the layout.
     let wanted = match choice {
@@ -1264,8 +1271,11 @@ mod tests {
         assert!(!use_split_attention(Tile, true, 1, 1, 4, 1, 64, true));
         assert!(!use_split_attention(Unsplit, true, 1, 1, 4, 1, 256, true));
         assert!(!use_split_attention(Auto, true, 1, 1, 16, 1, 64, true));
-        assert!(!use_split_attention(Auto, true, 1, 1, 4, 1, 576, true));
+        assert!(!use_split_attention(Auto, true, 1, 1, 4, 1, 512, true));
         assert!(!use_split_attention(Auto, true, 1, 1, 6, 4, 64, true));
+        // Rows of K and V are read four values at a time.
+        assert!(!use_split_attention(Auto, true, 1, 1, 4, 1, 66, true));
+        assert!(use_split_attention(Auto, true, 1, 1, 16, 2, 256, true));
     }
 
     #[test]

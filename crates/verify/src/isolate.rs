@@ -1602,7 +1602,13 @@ pub struct AttnGeom {
 /// weight `expf(s - m_span) expf(m_span - max)` carries two arguments (`2 max|s - max| u`),
 /// two f32 exps of at most 2 ulp (`8 u`) and their product (`u`); the normalizer and each
 /// output sum n terms through the span sums and their combination (at most n additions on any
-/// term's path, `n u` each); the products with V and the final division add `2 u`.
+/// term's path, `n u` each); the products with V and the final division add `2 u`. Kernels
+/// that run an online softmax over chunks of at least 8 keys (the cuda split-key kernel within
+/// a span, heads of up to 256 values; the flash prefill kernels' tiles of 64) rescale their
+/// running sums by `expf(m_old - m_new)` where a chunk raises the maximum: a key's exponent
+/// arguments then form a chain whose magnitudes add up to `|s - max|` (within the arguments'
+/// term), and each later chunk adds at most one exp and one product, `5 u`, at most
+/// `ceil(n / 8)` of them: `5 ceil(n / 8) u` more.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_error_bounds(
     arith: Arithmetic,
@@ -1646,7 +1652,9 @@ pub fn attention_error_bounds(
                 max_ds = max_ds.max(ds);
                 max_spread = max_spread.max(f64::from(smax) - f64::from(srow[j]));
             }
-            let eps = 2.0 * max_ds + (2.0 * max_spread + 2.0 * n_vis + 12.0) * U * fb + q16;
+            let rescales = 5.0 * (n_vis / 8.0).ceil();
+            let eps =
+                2.0 * max_ds + (2.0 * max_spread + 2.0 * n_vis + rescales + 12.0) * U * fb + q16;
             p_eps[i * nh + h] = eps;
             let base = (i * nh + h) * hd;
             let mut tiny = vec![0f64; hd];
