@@ -11,9 +11,9 @@
 //! The split-key decode kernels (`attention_split` + `attention_combine`, f32 flash-decoding;
 //! heads of a multiple of 4 values, at most 256) are not bitwise anything: they are held, on
 //! the same batches with random span counts, to the isolation bound `verify` applies to them
-//! (scores within hd u scale sum|q k| of the row kernel's, outputs within (2 max_ds + (2 spread
-//! + 2 n + 5 ceil(n / 8) + 12) u) sum p|v| of its f64 ones), and their fused quantization to
-//! the q8 rule.
+//! (scores within hd u scale sum|q k| of the row kernel's, outputs within
+//! (2 max_ds + (2 spread + 2 n + 5 ceil(n / 8) + 12) u) sum p|v| of its f64 ones), and their
+//! fused quantization to the q8 rule.
 
 mod common;
 
