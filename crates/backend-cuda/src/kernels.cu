@@ -1658,8 +1658,8 @@ ATTENTION_TILE(attention_tile_wide, 2)
 // Heads of up to 256 values: a chunk then holds at least 8 keys, which verify's error bound
 // for this arithmetic counts on (`attention_error_bounds`).
 #define ATT_S_MAX_D 256
-// The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_S_THREADS).
-#define ATT_SPLIT_SPANS 128
+// The most spans (`plan::ATT_SPLIT_MAX_SPANS`; at most ATT_C_THREADS, a combine thread a span).
+#define ATT_SPLIT_SPANS 512
 // Four-value loads of K (and of V) a thread issues per chunk. (8, twice the keys a chunk, in
 // session 31e: Gemma-3's heads of 256 +4-5%, SmolLM2 and the Llamas -1 to -15% at depth 1024.)
 #ifndef ATT_S_KPT
@@ -1674,6 +1674,10 @@ ATTENTION_TILE(attention_tile_wide, 2)
 #define ATT_S_PART_HEAD 4
 // Threads of an `attention_combine` block (`plan::ATT_COMBINE_THREADS`).
 #define ATT_C_THREADS 512
+// Spans' sums a combine thread loads with the maxima, before M is known.
+#ifndef ATT_C_PRE
+#define ATT_C_PRE 8
+#endif
 
 // A split-key chunk's key j: its cache slot and whether it is visible (0 and false past s1).
 __device__ __forceinline__ void att_split_slot(const u32* slots, const u8* mask, int soff, int moff,
@@ -1703,7 +1707,12 @@ __device__ __forceinline__ void att_split_load(KvHeld<true> (&kx)[ATT_S_KPT], Kv
     }
 }
 
-extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
+// Blocks an SM the registers must allow (`__launch_bounds__`'s second argument; the host reads
+// the occupancy back for its spans).
+#ifndef ATT_S_MINB
+#define ATT_S_MINB 1
+#endif
+extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attention_split(
     const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* part, size_t base, int n_heads, int n_kv_heads,
     int head_dim, float scale, int window, int min_keys) { GRID_ENTER();
@@ -1727,18 +1736,22 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS) attention_split(
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
     int n = hi - lo + 1;
-    // Keys a span: at least min_keys and ceil(sqrt(n) / 2), so longer rows get longer spans
-    // (8 keys at 256, 16 at 1024, 32 at 4096: the fastest of 8, 16 and 32 at each depth in
-    // session 30's measurements, where a fixed 8 lost to 16 at 1024 keys); more where the
-    // spans would not cover the row. The rule reads n alone, so a replayed step graph follows
-    // its row's length.
+    int tpk = 1;
+    while (tpk * 4 * ATT_S_KPT < head_dim) tpk <<= 1;
+    int ck = ATT_S_THREADS / tpk;
+#ifdef ATT_S_SQRT_SPANS
+    // Session 30's rule, for comparisons: at least min_keys and ceil(sqrt(n) / 2) keys a span.
     int rt = (int)sqrtf((float)max(n, 0));
     while (rt * rt > n) rt--;
     while ((rt + 1) * (rt + 1) <= n) rt++;
     int per = max(max(min_keys, (rt + 1) / 2), (n + n_spans - 1) / n_spans);
-    int tpk = 1;
-    while (tpk * 4 * ATT_S_KPT < head_dim) tpk <<= 1;
-    int ck = ATT_S_THREADS / tpk;
+#else
+    // Keys a span: a whole number of chunks, the fewest that cover the row in n_spans spans
+    // (at least min_keys). A span of 33 keys took two round trips for one key more than 32
+    // (session 31's timelines); n_spans is chosen so that the blocks fit in one wave. The rule
+    // reads n alone, so a replayed step graph follows its row's length.
+    int per = ck * max((min_keys + ck - 1) / ck, ((n + ck - 1) / ck + n_spans - 1) / n_spans);
+#endif
     int s0 = lo + span * per, s1 = min(hi + 1, s0 + per);
     // Scores outside [lo, hi]: -inf, shared out among the spans.
     for (int j = span * ATT_S_THREADS + tid; j < n_kv; j += n_spans * ATT_S_THREADS)
@@ -1919,6 +1932,18 @@ extern "C" __global__ void __launch_bounds__(ATT_C_THREADS) attention_combine(
         m = pp[tid * st];
         l = pp[tid * st + 1];
     }
+    // The weighted sums: thread (g, f) adds four elements (f) of spans g, g + groups, ...
+    // Its first ATT_C_PRE spans' sums are loaded here, in flight with the maxima (spans after
+    // the last used one hold stale values, never added).
+    int nf = head_dim / 4, groups = max(1, ATT_C_THREADS / nf);
+    int g = tid / nf, f = tid - g * nf;
+    float4 pre[ATT_C_PRE > 0 ? ATT_C_PRE : 1];
+#pragma unroll
+    for (int i = 0; i < ATT_C_PRE; i++) {
+        int c = g + i * groups;
+        pre[i] = g < groups && c < n_spans ? *(const float4*)(pp + (size_t)c * st + ATT_S_PART_HEAD + 4 * f)
+                                           : float4{0.f, 0.f, 0.f, 0.f};
+    }
     float wm = m;
     int u = m != NEG_INF ? tid + 1 : 0;
 #pragma unroll
@@ -1948,14 +1973,22 @@ extern "C" __global__ void __launch_bounds__(ATT_C_THREADS) attention_combine(
     __syncthreads();
     float L = 0.f;
     for (int x = 0; x < ATT_C_THREADS / 32; x++) L += s_red[x];
-    // The weighted sums: thread (g, f) adds four elements (f) of spans g, g + groups, ...;
-    // every span before `used` wrote its sums (an all-masked span zeros, with w = 0).
-    int nf = head_dim / 4, groups = max(1, ATT_C_THREADS / nf);
-    int g = tid / nf, f = tid - g * nf;
+    // Every span before `used` wrote its sums (an all-masked span zeros, with w = 0).
     if (g < groups) {
         float4 a = float4{0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < ATT_C_PRE; i++) {
+            int c = g + i * groups;
+            if (c < used) {
+                float wc = s_w[c];
+                a.x += wc * pre[i].x;
+                a.y += wc * pre[i].y;
+                a.z += wc * pre[i].z;
+                a.w += wc * pre[i].w;
+            }
+        }
 #pragma unroll 8
-        for (int c = g; c < used; c += groups) {
+        for (int c = g + ATT_C_PRE * groups; c < used; c += groups) {
             float wc = s_w[c];
             float4 v = *(const float4*)(pp + (size_t)c * st + ATT_S_PART_HEAD + 4 * f);
             a.x += wc * v.x;

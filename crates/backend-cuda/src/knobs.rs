@@ -10,8 +10,9 @@
 //! | `ATTN_HEADS=group` | a decode block per query head where the step is small | a block per KV head |
 //! | `ATTN_Q8=0` | the attention quantizes its output for the o projection | a separate `quantize_q8_32` |
 //! | `ROPE_ATTN=0` | rope_store inside the short decode attention (heads of 64, 128) | two kernels |
-//! | `SPLIT_KEYS=N` | `plan::ATT_SPLIT_MIN_KEYS` | keys a split-attention span (other rounding) |
-//! | `SPLIT_SPANS=32` | split-key spans for 8 blocks an SM, at most 128 (`plan::attention_spans`) | session 8's 2 an SM, at most 32 (other rounding) |
+//! | `SPLIT_KEYS=N` | `plan::ATT_SPLIT_MIN_KEYS` | the fewest keys a split-attention span (other rounding) |
+//! | `SPLIT_SPANS=N` | split-key spans for one wave of blocks, at most 256 (`plan::attention_spans`) | N spans for every shape (other rounding) |
+//! | `SPLIT_SQRT=1` (kernel define `ATT_S_SQRT_SPANS` + 8 blocks an SM) | spans of whole chunks in one wave | session 31's spans of ceil(sqrt(n) / 2) keys (other rounding) |
 //! | `FLASH_WARPS=N` | `plan::flash_geometry` | warps a flash block (a tuning knob; not held bitwise) |
 //! | `NORM_FUSE=0` | the norm inside its consumer (rows up to 1024) | `residual_norm`, then the consumer |
 //! | `NORM_PARTS=0` | long rows' `residual_norm` over several blocks | one block |
@@ -79,6 +80,10 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     if !q6k_planar_knob() {
         d.push("-DLOCKSTEP_Q6K_GGUF");
     }
+    // Session 31's split-key spans (kernels.cu, ATT_S_SQRT_SPANS; `attention_spans`).
+    if split_sqrt_knob() {
+        d.push("-DATT_S_SQRT_SPANS");
+    }
     // The fast kernels' weights loaded with the default L2 policy (kernels.cu, ldw16).
     if on("LOCKSTEP_CUDA_EVICT_FIRST", "0") {
         d.push("-DLOCKSTEP_WEIGHTS_EVICT_NORMAL");
@@ -138,16 +143,32 @@ pub(crate) fn split_min_keys() -> usize {
     })
 }
 
-/// Spans of the split-key attention for a step's shape: [`plan::attention_spans`], or with
-/// `LOCKSTEP_CUDA_SPLIT_SPANS=32` session 8's rule (two blocks an SM, at most 32 spans; a
-/// comparison knob: other spans, other rounding).
-pub(crate) fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize) -> usize {
-    static OLD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *OLD.get_or_init(|| std::env::var("LOCKSTEP_CUDA_SPLIT_SPANS").is_ok_and(|v| v == "32")) {
-        plan::attention_spans_rule(n_rows, n_kv_heads, n_sms, 2, 32)
-    } else {
-        plan::attention_spans(n_rows, n_kv_heads, n_sms)
+/// Spans of the split-key attention for a step's shape: [`plan::attention_spans`] (one wave of
+/// `per_sm` blocks an SM), or `LOCKSTEP_CUDA_SPLIT_SPANS=N` spans (1 to
+/// [`plan::ATT_SPLIT_MAX_SPANS`]) for every shape, a tuning knob (other rounding).
+pub(crate) fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize, per_sm: usize) -> usize {
+    static FIXED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed = FIXED.get_or_init(|| {
+        std::env::var("LOCKSTEP_CUDA_SPLIT_SPANS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n: &usize| (1..=plan::ATT_SPLIT_MAX_SPANS).contains(&n))
+    });
+    if let Some(n) = *fixed {
+        return n;
     }
+    if split_sqrt_knob() {
+        // Session 31's: 8 blocks an SM, rounded up, at most 128 spans.
+        let blocks = (n_rows * n_kv_heads).max(1);
+        return (8 * n_sms.max(1)).div_ceil(blocks).clamp(1, 128);
+    }
+    plan::attention_spans(n_rows, n_kv_heads, n_sms, per_sm)
+}
+
+/// `LOCKSTEP_CUDA_SPLIT_SQRT=1`: session 31's split-key spans, for comparisons. Read once.
+fn split_sqrt_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_SPLIT_SQRT").is_ok_and(|v| v == "1"))
 }
 
 /// The fewest weight rows a one-row mat-vec runs two a warp from (`plan::fast_two_rows`; twice

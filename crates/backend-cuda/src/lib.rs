@@ -291,6 +291,8 @@ struct Kernels {
     attention_flash: Option<(CudaFunction, CudaFunction)>,
     /// Streaming multiprocessors of the device (`plan::attention_spans`).
     n_sms: usize,
+    /// `attention_split` blocks an SM holds (the driver's occupancy; `plan::attention_spans`).
+    split_per_sm: usize,
     /// Dynamic shared memory a one-row (decode) tiled attention block may take.
     attention_one_row_smem: usize,
     dequant_rows: CudaFunction,
@@ -925,6 +927,15 @@ impl CudaBackend {
         }
         let attention_tile = f("attention_tile")?;
         let attention_tile_wide = f("attention_tile_wide")?;
+        let attention_split = f("attention_split")?;
+        // The spans fill one wave of this kernel's blocks (its registers set how many an SM
+        // holds); a failed query falls back to the count the shipped kernel has.
+        let split_per_sm = attention_split
+            .occupancy_max_active_blocks_per_multiprocessor(plan::ATT_SPLIT_THREADS, 0, None)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(plan::ATT_SPLIT_BLOCKS_PER_SM);
         let k = Kernels {
             matmul,
             gate_up,
@@ -947,7 +958,8 @@ impl CudaBackend {
             ),
             attention_tile,
             attention_tile_wide,
-            attention_split: f("attention_split")?,
+            attention_split,
+            split_per_sm,
             attention_combine: f("attention_combine")?,
             attention_decode: [
                 f("attention_decode_64")?,
@@ -4226,7 +4238,8 @@ impl CudaBackend {
         if rope.is_some() && !decode {
             unreachable!("rope_store_attention fuses only the short decode kernel")
         }
-        let n_spans = knobs::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms);
+        let n_spans =
+            knobs::attention_spans(q.rows, p.n_kv_heads, self.k.n_sms, self.k.split_per_sm);
         // A pooled tensor, so a step graph finds it in its pool (a plain buffer would be freed
         // on drop, and a capture that allocates fails).
         let mut partials = split.then(|| {
@@ -4842,5 +4855,9 @@ mod tests {
         }
         // Row-info width agrees between host and kernel.
         assert!(KERNEL_SOURCE.contains(&format!("#define ROW_INFO {}", plan::ROW_INFO)));
+        // The span rule `plan::attention_span_keys` states.
+        assert!(KERNEL_SOURCE.contains(
+            "int per = ck * max((min_keys + ck - 1) / ck, ((n + ck - 1) / ck + n_spans - 1) / n_spans);"
+        ));
     }
 }

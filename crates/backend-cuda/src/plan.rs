@@ -481,16 +481,18 @@ pub const ATT_COMBINE_THREADS: u32 = 512;
 /// Floats before a partial's sums in `attention_split`'s output (m, l, padding), so that the
 /// sums are 16-byte aligned; a partial is `head_dim + ATT_SPLIT_PART_HEAD` floats.
 pub const ATT_SPLIT_PART_HEAD: usize = 4;
-/// The fewest keys a span of the split-key attention gets (fewer spans for short contexts); the
-/// kernel also gives a span at least ceil(sqrt(n) / 2) keys of a row of n (session 30).
+/// The fewest keys a span of the split-key attention gets (rounded up to whole chunks).
 pub const ATT_SPLIT_MIN_KEYS: usize = 8;
-/// The most spans a row's keys are cut into, and the blocks (rows x KV heads x spans) per SM
-/// the spans are chosen to fill. Session 30: with session 8's 32 spans and two blocks an SM, a
-/// span of a 4096-key row held 128 keys, which each of its 4 warps read one key (one memory
-/// round trip) at a time: SmolLM2's tg128 at depth 4096 ran at 342 tokens/s against llama.cpp's
-/// 880 (BENCHMARKS.md). `LOCKSTEP_CUDA_SPLIT_SPANS=32` brings the old rule back.
-pub const ATT_SPLIT_MAX_SPANS: usize = 128;
-pub const ATT_SPLIT_BLOCKS_PER_SM: usize = 8;
+/// The most spans a row's keys may be cut into (`ATT_SPLIT_SPANS`: one `attention_combine`
+/// thread reads a span's maximum), and the most the default rule takes: session 32 (H200,
+/// tg128 at depth 4096 with spans fixed) measured SmolLM2 1311 tokens/s at 132 spans against
+/// 1168 at 128's two chunks a span, Gemma-3 1609 at 256 and 1612 at 512 against 1550 at 128,
+/// and at depth 1024 Gemma-3 1752 at 256 against 1693 at 512.
+pub const ATT_SPLIT_MAX_SPANS: usize = 512;
+pub const ATT_SPLIT_SPANS_CAP: usize = 256;
+/// Blocks of `attention_split` an SM holds where the driver's occupancy query fails (its 103
+/// registers a thread allow 4 blocks of 128 threads in session 31's build).
+pub const ATT_SPLIT_BLOCKS_PER_SM: usize = 4;
 
 /// A decode step is "long" when one of its sequences attends over at least this many keys.
 /// Session 8 (H100, tg128 from an empty cache, keys 1..128, spans of at least 8 keys): the
@@ -689,32 +691,26 @@ pub fn flash_geometry(
     }
 }
 
-/// How many spans the split-key attention cuts each row's keys into: enough blocks (rows x KV
-/// heads x spans) for [`ATT_SPLIT_BLOCKS_PER_SM`] per SM, at most [`ATT_SPLIT_MAX_SPANS`]. A
-/// function of the step's shape, never of its context length (spans of a short context stay
-/// empty; each span has at least [`ATT_SPLIT_MIN_KEYS`] keys).
-pub fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize) -> usize {
-    attention_spans_rule(
-        n_rows,
-        n_kv_heads,
-        n_sms,
-        ATT_SPLIT_BLOCKS_PER_SM,
-        ATT_SPLIT_MAX_SPANS,
-    )
+/// How many spans the split-key attention cuts each row's keys into: as many as one wave of
+/// blocks (rows x KV heads x spans, `per_sm` blocks resident on each of `n_sms` SMs) holds, at
+/// most [`ATT_SPLIT_SPANS_CAP`]. The kernel then gives every span the same whole number of
+/// chunks, the fewest that cover its row in these spans (kernels.cu `attention_split`), so
+/// each block reads its keys in as few round trips as the wave allows. A function of the
+/// step's shape, never of its context length (spans of a short context stay empty).
+///
+/// Session 31's rule, 8 blocks an SM in spans of at least ceil(sqrt(n) / 2) keys, ran the 8B's
+/// row of 4224 keys in 1024 blocks (two waves) of 33 keys: two round trips, one for one key.
+pub fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize, per_sm: usize) -> usize {
+    let blocks = (n_rows * n_kv_heads).max(1);
+    ((per_sm.max(1) * n_sms.max(1)) / blocks).clamp(1, ATT_SPLIT_SPANS_CAP)
 }
 
-/// [`attention_spans`] with another target and cap (session 8's rule: 2 blocks an SM, 32).
-pub fn attention_spans_rule(
-    n_rows: usize,
-    n_kv_heads: usize,
-    n_sms: usize,
-    per_sm: usize,
-    max_spans: usize,
-) -> usize {
-    let blocks = (n_rows * n_kv_heads).max(1);
-    (per_sm.max(1) * n_sms.max(1))
-        .div_ceil(blocks)
-        .clamp(1, max_spans.clamp(1, ATT_SPLIT_MAX_SPANS))
+/// Keys a span of a row of `n` visible keys, as `attention_split` computes them: a whole
+/// number of chunks of `chunk` keys, at least `min_keys`, the fewest that cover the row in
+/// `n_spans` spans. (The host never needs it; the tests hold the rule's properties.)
+pub fn attention_span_keys(n: usize, chunk: usize, n_spans: usize, min_keys: usize) -> usize {
+    let chunk = chunk.max(1);
+    chunk * min_keys.div_ceil(chunk).max(n.div_ceil(chunk).div_ceil(n_spans.max(1)))
 }
 
 /// Whether a step of `n_rows` rows in `n_seqs` sequences, heads of `head_dim` values, runs the
@@ -1279,20 +1275,38 @@ mod tests {
     }
 
     #[test]
-    fn attention_spans_fill_the_device_from_the_shape_alone() {
-        // One decode row: 8 x 132 blocks wanted, capped at 128 spans.
-        assert_eq!(attention_spans(1, 1, 132), 128);
-        assert_eq!(attention_spans(1, 3, 132), 128);
-        assert_eq!(attention_spans(1, 8, 132), 128);
-        assert_eq!(attention_spans(4, 8, 132), 33);
+    fn attention_spans_fill_one_wave_from_the_shape_alone() {
+        // One decode row, 4 blocks an SM on 132 SMs: 528 blocks, at most 256 spans.
+        assert_eq!(attention_spans(1, 1, 132, 4), 256);
+        assert_eq!(attention_spans(1, 3, 132, 4), 176);
+        assert_eq!(attention_spans(1, 8, 132, 4), 66);
+        assert_eq!(attention_spans(4, 8, 132, 4), 16);
         // A batch that fills the device alone: one span a row.
-        assert_eq!(attention_spans(64, 8, 132), 3);
-        assert_eq!(attention_spans(512, 8, 132), 1);
-        assert_eq!(attention_spans(0, 0, 0), 8);
-        // Session 8's rule (LOCKSTEP_CUDA_SPLIT_SPANS=32).
-        assert_eq!(attention_spans_rule(1, 8, 132, 2, 32), 32);
-        assert_eq!(attention_spans_rule(4, 8, 132, 2, 32), 9);
-        assert_eq!(attention_spans_rule(1, 8, 132, 2, 1000), 33);
+        assert_eq!(attention_spans(64, 8, 132, 4), 1);
+        assert_eq!(attention_spans(512, 8, 132, 4), 1);
+        assert_eq!(attention_spans(0, 0, 0, 0), 1);
+        assert_eq!(attention_spans(1, 8, 132, 5), 82);
+    }
+
+    #[test]
+    fn attention_spans_are_whole_chunks_that_cover_the_row() {
+        // The 8B at depth 4096 (heads of 128: chunks of 16 keys): 264 chunks in 66 spans.
+        assert_eq!(attention_span_keys(4224, 16, 66, 8), 64);
+        // Llama-1B (heads of 64, chunks of 32): 132 chunks in 66 spans, not 33 keys (32 + 1).
+        assert_eq!(attention_span_keys(4224, 32, 66, 8), 64);
+        // A short row: one chunk, however few keys; min_keys rounds up to a chunk.
+        assert_eq!(attention_span_keys(130, 32, 128, 8), 32);
+        assert_eq!(attention_span_keys(130, 8, 128, 40), 40);
+        assert_eq!(attention_span_keys(0, 8, 128, 8), 8);
+        for n in [1usize, 7, 128, 129, 1000, 4096, 4224, 32768] {
+            for (chunk, spans) in [(8, 128), (16, 66), (32, 128), (32, 1)] {
+                let per = attention_span_keys(n, chunk, spans, 8);
+                assert_eq!(per % chunk, 0, "{n} {chunk} {spans}");
+                assert!(per * spans >= n, "{n} {chunk} {spans}: {per}");
+                // The fewest such: one chunk less would not cover the row.
+                assert!(per == chunk || (per - chunk) * spans < n, "{n} {chunk} {spans}");
+            }
+        }
     }
 
     #[test]
