@@ -79,6 +79,11 @@ inline float fmaxf(float a, float b) { return std::fmax(a, b); }
 #define PLAIN_ATT_EARLY_LAUNCH()
 #define PLAIN_ATT_LATE_LAUNCH()
 template <class T> inline T __ldcg(const T* p) { return *p; }
+// cp.async: the copy done at once (a copy may complete any time before its wait).
+inline void cp_async16(void* s, const void* g) { std::memcpy(s, g, 16); }
+inline void cp_async8(void* s, const void* g) { std::memcpy(s, g, 8); }
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
 #define __device__
 #define __forceinline__
 #define __launch_bounds__(...)

@@ -541,6 +541,12 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)s), "l"(gmem));
 }
+// 8 bytes (an f16 cache's four values), through L1 (`.cg` takes 16-byte copies only).
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+    unsigned long long s;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((unsigned)s), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 // The "memory" clobber: the compiler must not move a shared memory read of the copied data
@@ -1044,6 +1050,14 @@ __device__ __forceinline__ kv4_t kv_of4(float4 f) { return f; }
 __device__ __forceinline__ kv4_t kv_ld4(const kv_t* p) { return *(const kv4_t*)p; }
 // The same through L2 (ld.global.cg), for what a kernel reads before its grid wait.
 __device__ __forceinline__ kv4_t kv_ldcg4(const kv_t* p) { return __ldcg((const kv4_t*)p); }
+// Four cache values copied to shared memory asynchronously (cp.async; the split-key attention's
+// chunks).
+__device__ __forceinline__ void kv_cp_async4(kv_t* smem, const kv_t* gmem) {
+    if (sizeof(kv4_t) == 16)
+        cp_async16(smem, gmem);
+    else
+        cp_async8(smem, gmem);
+}
 // Four values a kernel holds in registers between load and use: as loaded (RAW: half the
 // registers of an f16 cache's values, converted at each use) or converted once on arrival.
 template <bool RAW>
@@ -1626,21 +1640,23 @@ ATTENTION_TILE(attention_tile_wide, 2)
 
 // SPLIT-KEY DECODE ATTENTION (`attention_split`, then `attention_combine`): flash-decoding in
 // f32, run by `cuda` (fast numerics, not deterministic) for decode steps, one row a sequence.
-// A row's visible range [lo, hi] is cut into gridDim.z spans of at least `min_keys` keys; one
-// block per (row, KV head, span) serves all the query heads of that KV head, so each K and V
-// row is read once for all of them. A span is read a chunk of keys at a time, each chunk one
-// memory round trip (session 31; before, each warp read one key a round trip and the scores
-// went through memory and back):
-//  - a key's K and V rows are read by a team of `tpk` threads (the least power of two with
-//    16 tpk >= head_dim), four values at a time, ATT_S_KPT loads each, all of a chunk's K and
-//    V loads issued together; the chunk is ATT_S_THREADS / tpk keys (32 for heads of 64);
+// A row's visible range [lo, hi] is cut into spans of whole chunks, the fewest chunks a span
+// that cover the row in gridDim.z spans (at least `min_keys` keys; the host picks gridDim.z so
+// the blocks fit one wave: `plan::attention_spans`); one block per (row, KV head, span) serves
+// all the query heads of that KV head, so each K and V row is read once for all of them. A
+// span is read a chunk of keys at a time (session 31; before, each warp read one key a round
+// trip and the scores went through memory and back):
+//  - a key's K and V rows are copied to shared memory by a team of `tpk` threads (the least
+//    power of two with 16 tpk >= head_dim), four values at a time, ATT_S_KPT copies each
+//    (cp.async), into one of two stages: the next chunk's copies are in flight while this one
+//    is summed (session 32); the chunk is ATT_S_THREADS / tpk keys (32 for heads of 64);
 //  - scores: each thread's f32 partial dots with the group's q rows (from shared memory),
 //    summed over the team by shuffles, times scale, -inf where masked; written to `scores`
 //    for every key of the row (-inf outside [lo, hi], shared out among the spans): the kq
 //    tap is this buffer, which nothing reads back;
 //  - an online softmax over the chunks, a warp a head: the chunk's max, m' = max(m, that),
-//    e = expf(s - m') (0 for -inf), l' = l expf(m - m') + sum e; the chunk's V rows are staged
-//    in shared memory, and each thread keeps four elements of every head's sums over every
+//    e = expf(s - m') (0 for -inf), l' = l expf(m - m') + sum e; from the chunk's V rows in
+//    their stage each thread keeps four elements of every head's sums over every
 //    (128 / (head_dim / 4))-th key, acc' = acc expf(m - m') + sum e V (one V load serves the
 //    group: session 31's Nsight Compute put the kernel at issue, not at memory); at the span's
 //    end those key groups are added in order;
@@ -1668,6 +1684,9 @@ ATTENTION_TILE(attention_tile_wide, 2)
 // A chunk's keys at most (tpk = 1) and its V values at most (keys x head_dim <= threads x 16).
 #define ATT_S_MAX_CHUNK ATT_S_THREADS
 #define ATT_S_CHUNK_VALUES (ATT_S_THREADS * ATT_S_KPT * 4)
+// A stage of shared memory, a chunk's K and V values as the cache holds them (f32 or f16), in
+// floats.
+#define ATT_S_STAGE_FLOATS (ATT_S_CHUNK_VALUES * 2 * (int)sizeof(kv_t) / 4)
 // A block's query heads times head size at most.
 #define ATT_S_MAX_GD (ATT_S_MAX_G * ATT_S_MAX_D)
 // A partial's header (m, l and padding) before its sums (`plan::ATT_SPLIT_PART_HEAD`).
@@ -1689,26 +1708,29 @@ __device__ __forceinline__ void att_split_slot(const u32* slots, const u8* mask,
         vis = moff < 0 || mask[moff + j];
     }
 }
-// This thread's part of a key's K and V rows (kr, vr): four values at 4 (part + tpk i), zeros
-// for a key not live (masked, or past the span).
-__device__ __forceinline__ void att_split_load(KvHeld<true> (&kx)[ATT_S_KPT], KvHeld<true> (&vx)[ATT_S_KPT],
-                                               const kv_t* kr, const kv_t* vr, int part, int tpk, int nf,
-                                               bool live) {
+// This thread's part of a key's K and V rows (kr, vr) copied into a chunk's stage (sk, sv: key
+// jj at jj x head_dim): four values at 4 (part + tpk i), asynchronously; zeros for a key not
+// live (masked, or past the span).
+__device__ __forceinline__ void att_split_issue(kv_t* sk, kv_t* sv, const kv_t* kr, const kv_t* vr, int jj,
+                                                int head_dim, int part, int tpk, int nf, bool live) {
 #pragma unroll
     for (int i = 0; i < ATT_S_KPT; i++) {
         int f = part + tpk * i;
-        if (live && f < nf) {
-            kx[i].set(kv_ld4(kr + 4 * f));
-            vx[i].set(kv_ld4(vr + 4 * f));
-        } else {
-            kx[i].set(kv_of4(float4{0.f, 0.f, 0.f, 0.f}));
-            vx[i].set(kv_of4(float4{0.f, 0.f, 0.f, 0.f}));
+        if (f < nf) {
+            int at = jj * head_dim + 4 * f;
+            if (live) {
+                kv_cp_async4(sk + at, kr + 4 * f);
+                kv_cp_async4(sv + at, vr + 4 * f);
+            } else {
+                *(kv4_t*)(sk + at) = kv_of4(float4{0.f, 0.f, 0.f, 0.f});
+                *(kv4_t*)(sv + at) = kv_of4(float4{0.f, 0.f, 0.f, 0.f});
+            }
         }
     }
 }
 
 // Blocks an SM the registers must allow (`__launch_bounds__`'s second argument; the host reads
-// the occupancy back for its spans).
+// the occupancy back for its spans). 5 in session 32 (96 registers and a small spill): no gain.
 #ifndef ATT_S_MINB
 #define ATT_S_MINB 1
 #endif
@@ -1726,12 +1748,14 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * head_dim, q_dim = n_heads * head_dim;
     int pst = head_dim + ATT_S_PART_HEAD;
-    // q rows, a chunk's V rows and its scores; at the end, the o_groups' sums (at most
-    // ATT_S_THREADS x 4 x group values).
-    __shared__ __align__(16) float s_red[ATT_S_MAX_GD + ATT_S_CHUNK_VALUES + ATT_S_MAX_G * ATT_S_MAX_CHUNK];
+    // q rows, a chunk's scores and two chunks' K and V rows as the cache holds them (the next
+    // chunk's copies in flight while this one is summed); at the end, the o_groups' sums (at
+    // most ATT_S_THREADS x 4 x group values).
+    __shared__ __align__(16) float s_red[ATT_S_MAX_GD + ATT_S_MAX_G * ATT_S_MAX_CHUNK +
+                                         ATT_S_STAGE_FLOATS * 2];
     float* s_q = s_red;
-    float* s_v = s_red + ATT_S_MAX_GD;
-    float* s_s = s_v + ATT_S_CHUNK_VALUES;
+    float* s_s = s_red + ATT_S_MAX_GD;
+    kv_t* s_kv = (kv_t*)(s_s + ATT_S_MAX_G * ATT_S_MAX_CHUNK);
     __shared__ float s_m[ATT_S_MAX_G], s_l[ATT_S_MAX_G], s_a[ATT_S_MAX_G];
     int lo = window > 0 ? max(0, pos - window + 1) : 0;
     int hi = min(pos, n_kv - 1);
@@ -1770,16 +1794,23 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
         return;
     }
     int jj = tid / tpk, part_i = tid - jj * tpk, nf = head_dim / 4;
-    // The first chunk's slot and mask bit, in flight with the q rows.
-    int j = s0 + jj;
+    int n_chunks = (s1 - s0 + ck - 1) / ck;
+    size_t hoff = (size_t)kh * head_dim;
+    // Chunk 0's copies, issued once its slots arrive (the q rows in flight with them); then the
+    // next chunk's slot and mask bit. `live` bit st: this thread's key of the chunk in stage st.
     u32 slot;
     bool vis;
-    att_split_slot(slots, mask, soff, moff, j, s1, slot, vis);
+    att_split_slot(slots, mask, soff, moff, s0 + jj, s1, slot, vis);
     for (int x = tid; x < group * head_dim; x += ATT_S_THREADS) {
         int i = x / head_dim, d = x - i * head_dim;
         s_q[i * head_dim + d] =
             q[(size_t)row * q_dim + (size_t)att_query_head(kh, i, group, n_kv_heads) * head_dim + d];
     }
+    unsigned live_bits = s0 + jj < s1 && vis ? 1u : 0u;
+    att_split_issue(s_kv, s_kv + ATT_S_CHUNK_VALUES, kc + (base + slot) * kv_dim + hoff,
+                    vc + (base + slot) * kv_dim + hoff, jj, head_dim, part_i, tpk, nf, live_bits != 0);
+    cp_async_commit();
+    att_split_slot(slots, mask, soff, moff, s0 + ck + jj, s1, slot, vis);
     if (tid < group) {
         s_m[tid] = NEG_INF;
         s_l[tid] = 0.f;
@@ -1788,18 +1819,28 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
     float4 acc[ATT_S_MAX_G];
 #pragma unroll
     for (int h = 0; h < ATT_S_MAX_G; h++) acc[h] = float4{0.f, 0.f, 0.f, 0.f};
-    size_t hoff = (size_t)kh * head_dim;
-    KvHeld<true> kx[ATT_S_KPT], vx[ATT_S_KPT];
     __syncthreads();
     TL_MARK(1);
-    for (int c0 = s0; c0 < s1; c0 += ck) {
-        j = c0 + jj;
-        // Every K and V load of the chunk first (one round trip), then the next chunk's slot.
-        // (Loading the next chunk's K and V while this one is summed, `ATT_S_PIPE` in session
-        // 31e, lost 0-11% on three of four shapes: it takes 150 registers a thread.)
-        bool live = j < s1 && vis;
-        att_split_load(kx, vx, kc + (base + slot) * kv_dim + hoff, vc + (base + slot) * kv_dim + hoff, part_i, tpk, nf, live);
-        att_split_slot(slots, mask, soff, moff, j + ck, s1, slot, vis);
+    for (int c = 0; c < n_chunks; c++) {
+        int st = c & 1, c0 = s0 + c * ck;
+        int j = c0 + jj;
+        kv_t* sk = s_kv + st * 2 * ATT_S_CHUNK_VALUES;
+        kv_t* sv = sk + ATT_S_CHUNK_VALUES;
+        // The next chunk's copies into the other stage (its last readers passed the barrier
+        // that ended the chunk before), then the slot of the one after; this chunk's copies
+        // (all but the newest group) waited for. The K values a thread sums are the ones it
+        // copied itself; the V values meet at the barrier after the scores.
+        if (c + 1 < n_chunks) {
+            bool ln = j + ck < s1 && vis;
+            kv_t* nk = s_kv + (st ^ 1) * 2 * ATT_S_CHUNK_VALUES;
+            att_split_issue(nk, nk + ATT_S_CHUNK_VALUES, kc + (base + slot) * kv_dim + hoff,
+                            vc + (base + slot) * kv_dim + hoff, jj, head_dim, part_i, tpk, nf, ln);
+            live_bits = (live_bits & (1u << st)) | ((ln ? 1u : 0u) << (st ^ 1));
+            att_split_slot(slots, mask, soff, moff, j + 2 * ck, s1, slot, vis);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        bool live = (live_bits >> st) & 1u;
         float a[ATT_S_MAX_G];
 #pragma unroll
         for (int h = 0; h < ATT_S_MAX_G; h++) a[h] = 0.f;
@@ -1807,7 +1848,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
         for (int i = 0; i < ATT_S_KPT; i++) {
             int f = part_i + tpk * i;
             if (f < nf) {
-                float4 k4 = kx[i].get();
+                float4 k4 = kv_f4(*(const kv4_t*)(sk + jj * head_dim + 4 * f));
 #pragma unroll
                 for (int h = 0; h < ATT_S_MAX_G; h++)
                     if (h < group) {
@@ -1828,11 +1869,6 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
                     s_s[h * ck + jj] = s;
                     if (j < s1) scores[soff_sc + (size_t)att_query_head(kh, h, group, n_kv_heads) * n_kv + j] = s;
                 }
-        }
-#pragma unroll
-        for (int i = 0; i < ATT_S_KPT; i++) {
-            int f = part_i + tpk * i;
-            if (f < nf) *(float4*)&s_v[jj * head_dim + 4 * f] = vx[i].get();
         }
         TL_MARK(2);
         __syncthreads();
@@ -1875,7 +1911,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
                     acc[h].w *= al;
                 }
             for (int y = og; y < nk; y += o_groups) {
-                float4 v4 = *(const float4*)&s_v[y * head_dim + 4 * of];
+                float4 v4 = kv_f4(*(const kv4_t*)(sv + y * head_dim + 4 * of));
 #pragma unroll
                 for (int h = 0; h < ATT_S_MAX_G; h++)
                     if (h < group) {
@@ -1887,7 +1923,7 @@ extern "C" __global__ void __launch_bounds__(ATT_S_THREADS, ATT_S_MINB) attentio
                     }
             }
         }
-        __syncthreads();  // the chunk's scores, exps and V are spent
+        __syncthreads();  // the chunk's scores, exps and stage are spent
         TL_MARK(4);
     }
     // The partials of head i: [m, l, padding, the sums over the o_groups in order].

@@ -146,7 +146,12 @@ pub(crate) fn split_min_keys() -> usize {
 /// Spans of the split-key attention for a step's shape: [`plan::attention_spans`] (one wave of
 /// `per_sm` blocks an SM), or `LOCKSTEP_CUDA_SPLIT_SPANS=N` spans (1 to
 /// [`plan::ATT_SPLIT_MAX_SPANS`]) for every shape, a tuning knob (other rounding).
-pub(crate) fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize, per_sm: usize) -> usize {
+pub(crate) fn attention_spans(
+    n_rows: usize,
+    n_kv_heads: usize,
+    n_sms: usize,
+    per_sm: usize,
+) -> usize {
     static FIXED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let fixed = FIXED.get_or_init(|| {
         std::env::var("LOCKSTEP_CUDA_SPLIT_SPANS")

@@ -710,7 +710,10 @@ pub fn attention_spans(n_rows: usize, n_kv_heads: usize, n_sms: usize, per_sm: u
 /// `n_spans` spans. (The host never needs it; the tests hold the rule's properties.)
 pub fn attention_span_keys(n: usize, chunk: usize, n_spans: usize, min_keys: usize) -> usize {
     let chunk = chunk.max(1);
-    chunk * min_keys.div_ceil(chunk).max(n.div_ceil(chunk).div_ceil(n_spans.max(1)))
+    chunk
+        * min_keys
+            .div_ceil(chunk)
+            .max(n.div_ceil(chunk).div_ceil(n_spans.max(1)))
 }
 
 /// Whether a step of `n_rows` rows in `n_seqs` sequences, heads of `head_dim` values, runs the
@@ -1304,7 +1307,10 @@ mod tests {
                 assert_eq!(per % chunk, 0, "{n} {chunk} {spans}");
                 assert!(per * spans >= n, "{n} {chunk} {spans}: {per}");
                 // The fewest such: one chunk less would not cover the row.
-                assert!(per == chunk || (per - chunk) * spans < n, "{n} {chunk} {spans}");
+                assert!(
+                    per == chunk || (per - chunk) * spans < n,
+                    "{n} {chunk} {spans}"
+                );
             }
         }
     }
