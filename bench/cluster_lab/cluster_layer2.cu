@@ -13,7 +13,9 @@
 //  - the attention blocks ask L2 for the layer's K/V cache rows a layer ahead.
 // Checked against a host model of the same arithmetic (q8 activations rounded the same way).
 //  - FAST (v3): the norm folded into the quantizer (quant_fast), redux.sync reductions, and the
-//    lanes a row chosen per projection (LQ, LO, LG, LD).
+//    lanes a row chosen per projection (LQ, LO, LG, LD);
+//  - FAST 2 (v4, pos < 128): v3 with the earlier keys' K/V rows loaded into registers before
+//    the q/k/v phase (slower: they spill, and the spill stores wait for the loads).
 // nvcc -gencode=arch=compute_90a,code=sm_90a -O3 --fmad=false -std=c++17 -o /tmp/cluster_layer2 cluster_layer2.cu
 // (-DLAB_THREADS=1024 for blocks of 1024 threads.) What it showed (session 34, H200, pos 64):
 // v2 16.35 us a layer with stores and the cluster barrier, 14.62 with st.async; v3 11.46 us,
@@ -366,6 +368,25 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float* ffn_norm = attn_norm + D;
         if (attn_block) {
             const uint8_t* wa = slots + NORMS;
+            // FAST 2: the cache rows of earlier keys (they do not depend on this step) loaded
+            // into registers now, under the q/k/v phase: a key's 64 values on two threads, and
+            // each PV thread's V float4s (pos < 128)
+            float4 kpre[8], vpre[4];
+            const int kp2 = threadIdx.x >> 1, kh2 = threadIdx.x & 1;
+            if constexpr (FAST == 2) {
+                const float* kcl0 = kc + ((size_t)l * NKV + g) * MAXPOS * HD;
+                const float* vcl0 = vc + ((size_t)l * NKV + g) * MAXPOS * HD;
+                if (kp2 < pos)
+#pragma unroll
+                    for (int e = 0; e < 8; e++)
+                        kpre[e] = __ldcg(reinterpret_cast<const float4*>(kcl0 + (size_t)kp2 * HD + kh2 * 32) + e);
+                const int c = threadIdx.x & 15, kg = threadIdx.x >> 4;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int p = kg + 32 * u;
+                    if (p < pos) vpre[u] = __ldcg(reinterpret_cast<const float4*>(vcl0 + (size_t)p * HD) + c);
+                }
+            }
             float inv = 1.f;
             if constexpr (FAST) {
                 MARK(2);
@@ -404,6 +425,23 @@ __global__ void __launch_bounds__(THREADS, 1)
                 kcl[(size_t)pos * HD + threadIdx.x] = s.kr[threadIdx.x];
                 vcl[(size_t)pos * HD + threadIdx.x] = v[threadIdx.x];
             }
+            if constexpr (FAST == 2) {
+                float d = 0.f;
+                if (kp2 < pos)
+#pragma unroll
+                    for (int e = 0; e < 8; e++) {
+                        const float* qq = s.qr + kh2 * 32 + 4 * e;
+                        d += kpre[e].x * qq[0] + kpre[e].y * qq[1] + kpre[e].z * qq[2] + kpre[e].w * qq[3];
+                    }
+                d += __shfl_xor_sync(0xffffffffu, d, 1);
+                if (kh2 == 0 && kp2 < pos) s.scores[kp2] = d * 0.125f;
+                if (warp == WARPS - 1) {  // this step's own key
+                    float e2 = s.kr[2 * lane] * s.qr[2 * lane] + s.kr[2 * lane + 1] * s.qr[2 * lane + 1];
+#pragma unroll
+                    for (int o = 16; o > 0; o >>= 1) e2 += __shfl_xor_sync(0xffffffffu, e2, o);
+                    if (lane == 0) s.scores[pos] = e2 * 0.125f;
+                }
+            } else
             for (int p = threadIdx.x; p <= pos; p += THREADS) {
                 float d = 0.f;
                 if (p == pos) {
@@ -434,7 +472,30 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
             sum = block_reduce(sum, false, s);
             MARK(6);
-            if (threadIdx.x < 512) {  // 32 key groups of 16 threads
+            if (FAST == 2 && threadIdx.x < 512) {
+                const int c = threadIdx.x & 15, kg = threadIdx.x >> 4;
+                float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    int p = kg + 32 * u;
+                    if (p < pos) {
+                        float w = s.scores[p];
+                        acc.x += w * vpre[u].x;
+                        acc.y += w * vpre[u].y;
+                        acc.z += w * vpre[u].z;
+                        acc.w += w * vpre[u].w;
+                    }
+                }
+                if (kg == (pos & 31)) {
+                    float w = s.scores[pos];
+                    float4 vv = reinterpret_cast<const float4*>(v)[c];
+                    acc.x += w * vv.x;
+                    acc.y += w * vv.y;
+                    acc.z += w * vv.z;
+                    acc.w += w * vv.w;
+                }
+                reinterpret_cast<float4*>(s.part[kg])[c] = acc;
+            } else if (threadIdx.x < 512) {  // 32 key groups of 16 threads
                 int c = threadIdx.x & 15, kg = threadIdx.x >> 4;
                 float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
                 int p = kg;
@@ -826,7 +887,7 @@ static void run(const Model& M, const std::vector<float>& kc0, const std::vector
         CK(cudaLaunchKernelEx(&cfg, kern, (const uint8_t*)dw, dkc, dvc, (const float*)drope, pos, (const float*)dx, dxo, dst, dmk, 1));
         CK(cudaDeviceSynchronize());
         std::vector<float> kc = kc0, vc = vc0, x = x0, xo(D);
-        host_step(M, kc, vc, rope, pos, x, 1, FAST);
+        host_step(M, kc, vc, rope, pos, x, 1, FAST != 0);
         CK(cudaMemcpy(xo.data(), dxo, D * 4, cudaMemcpyDeviceToHost));
         double e = 0, mxa = 0;
         for (int i = 0; i < D; i++) {
@@ -841,7 +902,7 @@ static void run(const Model& M, const std::vector<float>& kc0, const std::vector
         CK(cudaDeviceSynchronize());
     }
     std::vector<float> kc = kc0, vc = vc0, x = x0, xo(D);
-    host_step(M, kc, vc, rope, pos, x, LAYERS, FAST);
+    host_step(M, kc, vc, rope, pos, x, LAYERS, FAST != 0);
     CK(cudaMemcpy(xo.data(), dxo, D * 4, cudaMemcpyDeviceToHost));
     double maxerr = 0, maxabs = 0;
     for (int i = 0; i < D; i++) {
@@ -850,7 +911,8 @@ static void run(const Model& M, const std::vector<float>& kc0, const std::vector
     }
     double bytes = (double)(NH * S0 + (CS - NH) * NORMS + CS * (S1 + S2 + S3));
     char label[64];
-    snprintf(label, sizeof label, "%s lanes a row %2d/%2d/%2d/%2d", FAST ? "v3" : "v2", LQ, LO, LG, LD);
+    snprintf(label, sizeof label, "%s lanes a row %2d/%2d/%2d/%2d", FAST == 2 ? "v4" : FAST ? "v3" : "v2", LQ, LO, LG,
+             LD);
     printf("%s cluster %d x %d, %s, pos %4d: 30 layers %.1f us (wall %.1f), %.2f us a layer (median; min %.2f), "
            "%.2f MB copied a layer; after 30 layers max |err| %.2e of max |x| %.2e\n",
            label, CS, THREADS,
@@ -901,6 +963,7 @@ int main() {
         run<1, 0, 8, 8, 8, 8>(M, kc, vc, x0, pos);
         run<1, 1, 4, 16, 4, 16>(M, kc, vc, x0, pos);
         run<1, 1, 8, 16, 8, 32>(M, kc, vc, x0, pos);
+        if (pos < 128) run<1, 2, 4, 16, 4, 16>(M, kc, vc, x0, pos);
     }
     return 0;
 }
