@@ -17,7 +17,8 @@ Metadata `ggml_backend` names the ggml buffers the recorded nodes were computed 
 a CPU-only run): `lockstep diff --isolate` holds a `CPU` trace to ggml-cpu's arithmetic.
 
 Settings: flash attention off (so scores and softmax exist as tensors), F16 KV cache, one
-sequence. `--lib DIR` loads libllama from DIR (another build, e.g. one with a patched kernel;
+sequence, no extra CPU buffer types (AMX and other repacked weight layouts: their kernels are
+not ggml-cpu's plain arithmetic). `--lib DIR` loads libllama from DIR (another build, e.g. one with a patched kernel;
 sets LLAMA_CPP_LIB_PATH). Pure view nodes (RESHAPE, PERMUTE, TRANSPOSE, VIEW) are not read
 except the K/V cache views attention reads (`cache_k_l0 (view)`); quantized or integer tensors
 are listed, not stored.
@@ -155,6 +156,12 @@ def main():
     L.llama_backend_init()
     mparams = L.llama_model_default_params()
     mparams.n_gpu_layers = 0
+    # No extra CPU buffer types: on a CPU with AMX (or with ggml's other repacking buffers)
+    # llama.cpp moves the weights into repacked layouts computed by other kernels. The trace is
+    # meant to hold ggml-cpu's plain arithmetic, which `diff --isolate` emulates. On an AMX
+    # machine the repacked path also crashed this script (segfault during the first decode).
+    if any(f[0] == "use_extra_bufts" for f in type(mparams)._fields_):
+        mparams.use_extra_bufts = False
     model = L.llama_model_load_from_file(args.model.encode(), mparams)
     if not model:
         sys.exit(f"llama.cpp could not load {args.model}")
