@@ -10,27 +10,41 @@
 // This lab is the design that question points at: ONE persistent kernel, one block an SM, for
 // all 32 layers of an 8B-shaped model (Q4_K weights of the real shapes, random values):
 //  - a producer warp streams the block's share of every op's weights, in order, into a ring of
-//    shared-memory stages, never waiting on the model's data, only on free stages: the weights
-//    of op k+1 arrive while op k's dependencies are still being met;
-//  - the compute warps multiply each tile (8 rows of 4096 values, or 2 of 14336) with the q8
-//    activation held in shared memory (dp4a, Q4_K's scales and mins);
-//  - between ops, either per-op counters in global memory (ll = 0: a block adds itself once its
-//    rows are written, after a fence; the consumer spins with acquire loads), or no counters at
-//    all (ll = 1): every output value is stored with the launch's number beside it in one 8-byte
-//    store (NCCL's LL idea), and a consumer polls the values it needs until they carry it;
-//  - the weight-free work of each layer: the two RMS norms and every activation quantization run
-//    redundantly in every block (no round trip), the decode attention (32 query heads over 64
-//    cached keys and the step's own, head 128, 8 KV heads) on blocks 0-31 while the others wait
-//    for it, their producers still streaming the o projection's weights.
+//    STAGES shared-memory stages (8 rows of 4096 values, or 2 of 14336, a stage), never waiting
+//    on the model's data, only on free stages; optionally (PREFETCH) it also asks tiles further
+//    ahead into L2;
+//  - 16 compute warps multiply each tile with the q8 activation (dp4a, Q4_K's scales and mins):
+//    a lane takes one 64-weight chunk of a row, the same column in every tile of an op, so its
+//    activation blocks sit in registers; four tiles' partial sums are reduced together;
+//  - between ops, one counter per op in global memory (a block adds itself after a fence once
+//    its rows are out; thread 0 of a consumer spins with acquire loads), or (FLAGS 1) a flag a
+//    block that the consumer's threads poll one each;
+//  - the weight-free work of each layer runs redundantly in every block, without round trips of
+//    its own: the residual (kept in shared memory by every block), the two RMS norms, every
+//    activation quantization (4 lanes a q8 block), the inputs staged into shared memory with
+//    cp.async; the decode attention (32 query heads, head 128, 8 KV heads, keys 0..pos) on
+//    blocks 0-31, their cached K/V rows copied into shared memory (up to KPF keys) before the
+//    wait for the q/k/v rows; or (ATT_SPLIT 4) a head over 4 blocks, whose partial softmax sums
+//    every consumer block combines.
 // No RoPE (its cost is a few multiplies in the attention's blocks); v and every down are Q4_K
-// here (the real file has Q6_K for v and half the downs).
+// here (the real file has Q6_K for v and half the downs). The first form of this lab (the
+// commit before the one adding this comment) also tried every output value stored beside the
+// launch's number and polled (NCCL's LL idea): 126-131 us a layer, the polls flooding L2.
 //
 // Checked against a reference chain of plain kernels (the same per-chunk arithmetic, other
-// summation orders): the relative error of the last layer's output, printed.
+// summation orders): layer 0's q/k/v and down outputs within 1e-5 / 1e-4 of their max; the
+// 32nd layer's down within 20% (random layers amplify a few flipped q8 roundings; printed).
 // Timed: the persistent kernel (median of 7, events), a plain streaming read of the same bytes,
-// and two bounds of the same kernel: no dependency waits (wrong values), no arithmetic.
+// and bounds of the same kernel: no dependency waits (wrong values), no arithmetic, no
+// weight-free work. -DSTAMPS: block 0's times within a layer (globaltimer).
 //
-// nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o /tmp/stream_chain stream_chain.cu
+// What it showed (H200, BENCHMARKS.md, session 35): the ring and the mat-vecs alone stream at
+// 88-92% of the read (29.6-30.9 us a layer); the whole chain 45.9 us a layer at pos 64 (59%),
+// 52.5 at pos 200. What is left is the round trips of the dependent exchanges (1-3 us each under
+// a saturated memory system) that a ring of ~110 KB (3 us of an SM's share of DRAM) cannot hide.
+//
+// nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -diag-suppress 549 -o /tmp/stream_chain stream_chain.cu
+// (bench/stream_chain_lab/run.sh runs the builds carried as .device/stream_chain_*.)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <algorithm>
@@ -56,20 +70,49 @@ constexpr int RB_H = H / 256 * SB;           // 2304 bytes a row of 4096
 constexpr int RB_F = FF / 256 * SB;          // 8064 bytes a row of 14336
 constexpr int STAGE = 8 * RB_H;              // 18432: 8 rows of 4096, or 2 of 14336 (16128)
 #ifndef STAGES
-#define STAGES 10
+#define STAGES 6
 #endif
 constexpr int S = STAGES;
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
+static_assert(S <= 6, "the ring and the rest fit 227 KB of shared memory");
 #ifndef COMPUTE_WARPS
 #define COMPUTE_WARPS 16
 #endif
-// Block 0's stamps (globaltimer), set by the chain kernel for the layer it is in.
-__device__ unsigned long long* g_st;
+// Block 0's stamps (globaltimer) into st[i] (the layer's), in builds with -DSTAMPS only: a
+// stamp costs its thread a read of the timer and a store.
+#ifdef STAMPS
 #define STAMP(i) \
-    if (blockIdx.x == 0 && threadIdx.x == 0 && g_st) g_st[i] = gtime()
+    if (blockIdx.x == 0 && threadIdx.x == 0 && st) st[i] = gtime()
+#else
+#define STAMP(i)
+#endif
 constexpr int CW = COMPUTE_WARPS, CT = CW * 32, THREADS = CT + 32;
 static_assert(CW == 16, "a lane takes at most one chunk of a row: 64 chunks over 2 warps, 224 over 8");
 constexpr int MAXPOS = 256;
 constexpr int NSTAMP = 24;
+// Keys whose cached K/V rows an attention block copies into shared memory while the other
+// blocks finish the q/k/v rows (the rest, if any, are read after).
+#ifndef KPF
+#define KPF 64
+#endif
+// How an op's end reaches its consumers: 1: every block stores its own flag, the consumer's
+// threads poll one each; 0: one counter every block adds to (an atomic on one address).
+#ifndef FLAGS
+#define FLAGS 0
+#endif
+// Blocks a query head's attention is split over (keys in ATT_SPLIT ranges); each writes its
+// partial softmax sums (max, sum, 128 unnormalized values, padded to 132 floats) and every
+// consumer block combines them.
+#ifndef ATT_SPLIT
+#define ATT_SPLIT 1
+#endif
+constexpr int PART_FLOATS = 132;
+constexpr int NPARTS = NH * ATT_SPLIT;
+constexpr int ATT_IN = ATT_SPLIT > 1 ? NPARTS * PART_FLOATS + H : H;  // staged parts, then the heads
+constexpr int XS_A = 2 * KPF * HD + MAXPOS + CW * HD;
+constexpr int XS_FLOATS = XS_A > FF ? (XS_A > ATT_IN ? XS_A : ATT_IN) : (FF > ATT_IN ? FF : ATT_IN);
 enum { OP_QKV, OP_O, OP_GU, OP_DOWN, NOPS };
 enum { C_QKV, C_ATT, C_O, C_GU, C_DOWN, NC };
 
@@ -97,16 +140,14 @@ struct Params {
     const float* x0;         // the first layer's input
     const float *wn1, *wn2;  // norm weights, layers x H
     float *kc, *vc;          // layers x MAXPOS x NKV x HD
-    // Every op's output, per layer, as (epoch << 32 | f32 bits): the epoch (ep, one a launch)
-    // marks a value as this launch's, so a reader polls the values themselves (ll = 1) instead
-    // of a counter the writers bump after a fence (ll = 0).
-    unsigned long long *qkv, *att, *o, *hb, *down;
-    unsigned* cnt;                // layers x NC (ll = 0)
-    unsigned long long* stamps;   // block 0's phase times, layers x NSTAMP
-    int layers, pos, nb, mode, ll;  // mode 1: no waits; 2: no arithmetic; 4: no weight-free work
-    unsigned ep;
+    float *qkv, *att, *o, *hb, *down;  // every op's output, per layer
+    unsigned* cnt;    // layers x NC (FLAGS 0): a block adds itself once its rows are out
+    unsigned* flags;  // layers x NC x blocks (FLAGS 1): a block stores the launch's number
+    float* parts;     // layers x NH x ATT_SPLIT x PART_FLOATS: the split attention's partial sums
+    unsigned run;     // this launch's number
+    unsigned long long* stamps;        // block 0's phase times, layers x NSTAMP (-DSTAMPS)
+    int layers, pos, nb, mode;         // mode 1: no waits; 2: no arithmetic; 4: no weight-free work
 };
-typedef unsigned long long u64;
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ unsigned long long gtime() {
@@ -119,30 +160,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
-}
-__device__ __forceinline__ u64 ld_rel(const u64* p) {
-    u64 v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void put(u64* p, float v, unsigned ep) {
-    u64 x = ((u64)ep << 32) | __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(x) : "memory");
-}
-// N values at p, p + stride, ...: every load issued first, then each polled until its epoch is
-// this launch's (poll: the values are the flags).
-template <int N>
-__device__ __forceinline__ void get_n(const u64* p, int stride, float* out, unsigned ep, bool poll) {
-    u64 x[N];
-#pragma unroll
-    for (int i = 0; i < N; i++) x[i] = ld_rel(p + (size_t)i * stride);
-    if (poll) {
-#pragma unroll
-        for (int i = 0; i < N; i++)
-            while ((unsigned)(x[i] >> 32) != ep) x[i] = ld_rel(p + (size_t)i * stride);
-    }
-#pragma unroll
-    for (int i = 0; i < N; i++) out[i] = __uint_as_float((unsigned)x[i]);
 }
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done = 0;
@@ -206,6 +223,49 @@ __device__ __forceinline__ void quant32_at(const float* v, int8_t* q, float2* ds
     quant32(x, q, ds);
 }
 
+// Four consecutive lanes quantize one q8 block, 8 values each (x, in order; part = lane & 3):
+// the same operations as quant32, so the same bits.
+__device__ __forceinline__ void quant_part(const float* x, int8_t* q, float2* ds, int part) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(x[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float d = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
+    int sum = 0, b[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) { b[i] = __float2int_rn(x[i] * inv); sum += b[i]; }
+    int2 pk;
+    pk.x = (b[0] & 0xFF) | ((b[1] & 0xFF) << 8) | ((b[2] & 0xFF) << 16) | ((unsigned)(b[3] & 0xFF) << 24);
+    pk.y = (b[4] & 0xFF) | ((b[5] & 0xFF) << 8) | ((b[6] & 0xFF) << 16) | ((unsigned)(b[7] & 0xFF) << 24);
+    *(int2*)(q + 8 * part) = pk;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (part == 0) *ds = make_float2(d, d * (float)sum);
+}
+// n q8 blocks of src (global: another block's output, through L2; or shared) by the CT compute
+// threads, 4 a block, R rounds; every round's loads issued first.
+template <int R>
+__device__ __forceinline__ void quant_coop(const float* src, bool global, int n, int8_t* xq, float2* xds) {
+    int tid = threadIdx.x;
+    float x[R][8];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int task = tid + r * CT;
+        if (task < 4 * n) {
+            const float4* p = (const float4*)(src + 8 * task);
+            float4 u = global ? __ldcg(p) : p[0], v = global ? __ldcg(p + 1) : p[1];
+            x[r][0] = u.x; x[r][1] = u.y; x[r][2] = u.z; x[r][3] = u.w;
+            x[r][4] = v.x; x[r][5] = v.y; x[r][6] = v.z; x[r][7] = v.w;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int task = tid + r * CT;
+        if (r * CT + (tid & ~31) < 4 * n) quant_part(x[r], xq + 32 * (task >> 2), xds + (task >> 2), task & 3);
+    }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -226,20 +286,21 @@ __device__ float block_sum(float v, float* red) {
 
 // x (H values, H / CT a thread in vals) normed with weights wv (the thread's, in registers) into
 // xf, then quantized into xq/xds.
-__device__ void norm_quant(const float* vals, const float* wv, float* xf, int8_t* xq, float2* xds, float* red, int sbase = -1) {
+__device__ void norm_quant(const float* vals, const float* wv, float* xf, int8_t* xq, float2* xds, float* red,
+                           unsigned long long* st = nullptr, int sbase = 0) {
     int tid = threadIdx.x;
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < H / CT; i++) ss += vals[i] * vals[i];
-    if (sbase >= 0) STAMP(sbase);
+    STAMP(sbase);
     ss = block_sum(ss, red);
-    if (sbase >= 0) STAMP(sbase + 1);
+    STAMP(sbase + 1);
     float scale = rsqrtf(ss / H + 1e-5f);
 #pragma unroll
     for (int i = 0; i < H / CT; i++) xf[tid + i * CT] = vals[i] * scale * wv[i];
     cbar();
-    if (sbase >= 0) STAMP(sbase + 2);
-    for (int x = tid; x < H / 32; x += CT) quant32_at(xf + 32 * x, xq + 32 * x, xds + x);
+    STAMP(sbase + 2);
+    quant_coop<1>(xf, false, H / 32, xq, xds);
     cbar();
 }
 
@@ -249,7 +310,8 @@ __device__ void norm_quant(const float* vals, const float* wv, float* xf, int8_t
 // MAXPOS + CW * HD floats. out(d, value) for d < HD.
 template <class Out>
 __device__ void attention_core(const float* kc, const float* vc, int g, int pos, float4 q, float4 knew, float4 vnew,
-                               float* scr, float* red, Out out) {
+                               float* scr, float* red, Out out, const float* ks = nullptr, const float* vs = nullptr,
+                               int npf = 0) {
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float* sp = scr;            // MAXPOS
     float* sv = sp + MAXPOS;    // CW x HD partial sums
@@ -260,8 +322,9 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            k[u] = j < pos ? __ldcg((const float4*)(kc + ((size_t)j * NKV + g) * HD) + lane)
-                           : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
+            k[u] = j < npf   ? ((const float4*)(ks + (size_t)j * HD))[lane]
+                   : j < pos ? __ldcg((const float4*)(kc + ((size_t)j * NKV + g) * HD) + lane)
+                             : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
 #pragma unroll
         for (int u = 0; u < KB; u++) {
@@ -293,8 +356,9 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            v[u] = j < pos ? __ldcg((const float4*)(vc + ((size_t)j * NKV + g) * HD) + lane)
-                           : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
+            v[u] = j < npf   ? ((const float4*)(vs + (size_t)j * HD))[lane]
+                   : j < pos ? __ldcg((const float4*)(vc + ((size_t)j * NKV + g) * HD) + lane)
+                             : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
 #pragma unroll
         for (int u = 0; u < KB; u++) {
@@ -313,17 +377,113 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
     cbar();
 }
 
-__device__ __forceinline__ void signal(unsigned* c) {
+// Keys lo..hi-1 of one query head (kv head g) at position pos (the step's own key, pos, from
+// knew/vnew; the others from the shared copies ks/vs, row j - lo): the partial softmax sums,
+// out[0] = the max score, out[1] = the sum of exp(score - max), out[4 + d] = the sum of
+// exp(score - max) * V[d]. The CT compute threads; scratch: MAXPOS + CW * HD floats.
+__device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, float4 vnew, const float* ks, const float* vs,
+                               float* scr, float* red, float* out) {
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float* sp = scr;
+    float* sv = sp + MAXPOS;
+    const float sc = rsqrtf((float)HD);
+    constexpr int KB = 4;
+    for (int j0 = lo + warp; j0 < hi; j0 += KB * CW) {
+        float4 k[KB];
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            int j = j0 + u * CW;
+            k[u] = j < pos && j < hi ? ((const float4*)(ks + (size_t)(j - lo) * HD))[lane]
+                                     : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
+        }
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            int j = j0 + u * CW;
+            float a = warp_sum(q.x * k[u].x + q.y * k[u].y + q.z * k[u].z + q.w * k[u].w);
+            if (lane == 0 && j < hi) sp[j - lo] = a * sc;
+        }
+    }
     cbar();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(c, 1u);
+    float m = -INFINITY;
+    for (int j = tid; j < hi - lo; j += CT) m = fmaxf(m, sp[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) red[warp] = m;
+    cbar();
+    m = red[0];
+    for (int i = 1; i < CW; i++) m = fmaxf(m, red[i]);
+    cbar();
+    float ls = 0.f;
+    for (int j = tid; j < hi - lo; j += CT) {
+        float p = __expf(sp[j] - m);
+        sp[j] = p;
+        ls += p;
+    }
+    float l_sum = block_sum(ls, red);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j0 = lo + warp; j0 < hi; j0 += KB * CW) {
+        float4 v[KB];
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            int j = j0 + u * CW;
+            v[u] = j < pos && j < hi ? ((const float4*)(vs + (size_t)(j - lo) * HD))[lane]
+                                     : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
+        }
+#pragma unroll
+        for (int u = 0; u < KB; u++) {
+            int j = j0 + u * CW;
+            float p = j < hi ? sp[j - lo] : 0.f;
+            acc.x += p * v[u].x; acc.y += p * v[u].y; acc.z += p * v[u].z; acc.w += p * v[u].w;
+        }
+    }
+    ((float4*)(sv + warp * HD))[lane] = acc;
+    cbar();
+    for (int d = tid; d < HD; d += CT) {
+        float a = 0.f;
+        for (int w = 0; w < CW; w++) a += sv[w * HD + d];
+        out[4 + d] = a;
+    }
+    if (tid == 0) { out[0] = m; out[1] = l_sum; }
+    cbar();
+}
+
+// An op's end, told to its consumers (see FLAGS).
+__device__ __forceinline__ void dep_signal(const Params& P, int l, int c) {
+    if (FLAGS) {
+        cbar();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(P.flags + ((size_t)l * NC + c) * P.nb + blockIdx.x),
+                         "r"(P.run)
+                         : "memory");
+        }
+    } else {
+        cbar();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(P.cnt + l * NC + c, 1u);
+        }
     }
 }
-__device__ __forceinline__ void wait_for(const unsigned* c, unsigned target) {
-    if (threadIdx.x == 0)
-        while (ld_acquire(c) < target) {
+__device__ __forceinline__ void dep_wait(const Params& P, int l, int c, int n) {
+    if (FLAGS) {
+        const unsigned* f = P.flags + ((size_t)l * NC + c) * P.nb;
+        for (int t = threadIdx.x; t < n; t += CT)
+            while (ld_acquire(f + t) != P.run) {
+            }
+    } else if (threadIdx.x == 0) {
+        while (ld_acquire(P.cnt + l * NC + c) < (unsigned)n) {
         }
+    }
+    cbar();
+}
+
+// n floats of another block's output (global, through L2) into shared memory with cp.async:
+// every load in flight at once without holding registers.
+__device__ __forceinline__ void stage_in(const float* src, float* dst, int n) {
+    for (int i = threadIdx.x; i < n / 4; i += CT)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + 4 * i)), "l"(src + 4 * i) : "memory");
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
     cbar();
 }
 
@@ -333,13 +493,16 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
     uint8_t* ring = smem;
     int8_t* xq = (int8_t*)(smem + (size_t)S * STAGE);
     float2* xds = (float2*)(xq + FF);
-    float* xf = (float*)(xds + FF / 32);
-    float* res = xf + H;      // 32 tiles x CW partial sums
-    float* scr = xf;          // the attention's scratch (xf is free then): MAXPOS + CW * HD
+    // One scratch region, used in turn: a norm's values (xf), the attention's prefetched K/V
+    // rows and its scratch, the attention's output staged (xf), the down's input staged (hs).
+    float* xs = (float*)(xds + FF / 32);
+    float *xf = xs, *hs = xs, *kvs = xs, *scr = xs + 2 * KPF * HD;
+    float* res = xs + XS_FLOATS;  // 32 tiles x CW partial sums
     float* red = res + 32 * CW;
+    float* xr = red + CW;         // the residual (every block holds it)
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x, nb = P.nb;
-    const unsigned ep = P.ep;
-    const bool counters = !P.ll && !(P.mode & 1), poll = P.ll && !(P.mode & 1);
+    const bool counters = !(P.mode & 1);
+    unsigned long long* st = nullptr;
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(&full[s])));
@@ -349,24 +512,51 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
     }
     __syncthreads();
     if (warp == CW) {
-        // The producer: the block's tiles of every op of every layer, in the consumers' order.
+        // The producer: the block's tiles of every op of every layer, in the consumers' order;
+        // with PREFETCH > 0, the tile PREFETCH places ahead is asked into L2 as each one is
+        // asked into the ring, so DRAM keeps streaming while the ring is full (a stall of the
+        // compute warps), and the ring refills from L2 after it.
         if (lane != 0) return;
-        unsigned k = 0;
-        for (int l = 0; l < P.layers; l++)
-            for (int op = 0; op < NOPS; op++) {
+        struct Seq {
+            int l = 0, op = 0, t;
+            __device__ const uint8_t* addr(const Params& P) const {
                 OpShape sh = op_shape(op);
-                const uint8_t* base = P.w + (size_t)l * layer_bytes() + op_offset(op);
-                for (int t = b; t < sh.ntiles; t += nb, k++) {
-                    int s = k % S;
-                    if (k >= (unsigned)S) mbar_wait(smem_addr(&empty[s]), ((k / S) - 1) & 1);
-                    unsigned bar = smem_addr(&full[s]);
-                    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(sh.tile_bytes()) : "memory");
-                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                                     smem_addr(ring + (size_t)s * STAGE)),
-                                 "l"(base + (size_t)t * sh.tile_bytes()), "r"(sh.tile_bytes()), "r"(bar)
-                                 : "memory");
+                return P.w + (size_t)l * layer_bytes() + op_offset(op) + (size_t)t * sh.tile_bytes();
+            }
+            __device__ void next(int b, int nb) {
+                t += nb;
+                while (op < NOPS && t >= op_shape(op).ntiles) {
+                    op++;
+                    t = b;
+                    if (op == NOPS) { op = 0; l++; }
+                    if (t < op_shape(op).ntiles) break;
                 }
             }
+        };
+        Seq cur, ahead;
+        cur.t = b;
+        ahead.t = b;
+        for (int i = 0; i < PREFETCH; i++) {
+            if (ahead.l < P.layers)
+                asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ahead.addr(P)), "r"(op_shape(ahead.op).tile_bytes()) : "memory");
+            ahead.next(b, nb);
+        }
+        for (unsigned k = 0; cur.l < P.layers; k++, cur.next(b, nb)) {
+            int bytes = op_shape(cur.op).tile_bytes();
+            int s = k % S;
+            if (k >= (unsigned)S) mbar_wait(smem_addr(&empty[s]), ((k / S) - 1) & 1);
+            unsigned bar = smem_addr(&full[s]);
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+            asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                             smem_addr(ring + (size_t)s * STAGE)),
+                         "l"(cur.addr(P)), "r"(bytes), "r"(bar)
+                         : "memory");
+            if (PREFETCH > 0) {
+                if (ahead.l < P.layers)
+                    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(ahead.addr(P)), "r"(op_shape(ahead.op).tile_bytes()) : "memory");
+                ahead.next(b, nb);
+            }
+        }
         return;
     }
     unsigned k = 0;
@@ -375,7 +565,7 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
     // blocks are loaded into registers once an op. A lane's partial sums of four tiles are
     // reduced together (6 shuffles for 4 rows instead of 20); the warps' partial sums land in
     // res[tile][warp], summed in a fixed order once the op's tiles are done, and put.
-    auto run_op = [&](int op, u64* out, int sfirst) {
+    auto run_op = [&](int op, float* out, int sfirst) {
         OpShape sh = op_shape(op);
         const int wpr = CW / sh.rows_per_tile, chunks = sh.row_bytes / SB * 4, per = chunks / wpr;
         const int r = warp / wpr, c = (warp % wpr) * per + lane;
@@ -415,7 +605,7 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
                 if (t >= sh.ntiles) continue;
                 int s = k % S;
                 mbar_wait(smem_addr(&full[s]), (k / S) & 1);
-                if (i == 0) STAMP(sfirst);
+                if (i == 0 && sfirst >= 0) STAMP(sfirst);
                 float a = 0.f;
                 if (on) {
                     const uint8_t* sbp = ring + (size_t)s * STAGE + off;
@@ -461,22 +651,21 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
                     g += res[ti * CW + rr * wpr + q];
                     u += res[ti * CW + (rr + 4) * wpr + q];
                 }
-                put(out + t * 4 + rr, g / (1.f + __expf(-g)) * u, ep);
+                out[t * 4 + rr] = g / (1.f + __expf(-g)) * u;
             }
         } else {
             for (int x = tid; x < i * R; x += CT) {
                 int ti = x / R, rr = x % R, t = b + ti * nb;
                 float v = 0.f;
                 for (int q = 0; q < wpr; q++) v += res[ti * CW + rr * wpr + q];
-                put(out + t * R + rr, v, ep);
+                out[t * R + rr] = v;
             }
         }
     };
     float resid[H / CT], wv[H / CT];
-    for (int i = 0; i < H / CT; i++) resid[i] = P.x0[tid + i * CT];
+    for (int i = 0; i < H / CT; i++) xr[tid + i * CT] = P.x0[tid + i * CT];
     for (int l = 0; l < P.layers; l++) {
-        unsigned* cnt = P.cnt + l * NC;
-        if (b == 0 && tid == 0) g_st = P.stamps + l * NSTAMP;
+        st = P.stamps + l * NSTAMP;
         STAMP(0);
         if (P.mode & 4) {
             // The ring and the mat-vecs alone: no weight-free work, no waits.
@@ -492,77 +681,119 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
 #pragma unroll
         for (int i = 0; i < H / CT; i++) wv[i] = P.wn1[(size_t)l * H + tid + i * CT];
         if (l > 0) {
-            if (counters) wait_for(P.cnt + (l - 1) * NC + C_DOWN, nb);
+            if (counters) dep_wait(P, l - 1, C_DOWN, nb);
             STAMP(1);
             float d[H / CT];
-            get_n<H / CT>(P.down + (size_t)(l - 1) * H + tid, CT, d, ep, poll);
 #pragma unroll
-            for (int i = 0; i < H / CT; i++) resid[i] += d[i];
+            for (int i = 0; i < H / CT; i++) d[i] = __ldcg(P.down + (size_t)(l - 1) * H + tid + i * CT);
+#pragma unroll
+            for (int i = 0; i < H / CT; i++) xr[tid + i * CT] += d[i];
         }
-        norm_quant(resid, wv, xf, xq, xds, red, 13);
+#pragma unroll
+        for (int i = 0; i < H / CT; i++) resid[i] = xr[tid + i * CT];
+        norm_quant(resid, wv, xf, xq, xds, red, st, 13);
         STAMP(2);
         run_op(OP_QKV, P.qkv + (size_t)l * QKV_ROWS, 19);
-        if (counters) signal(cnt + C_QKV);
+        if (counters) dep_signal(P, l, C_QKV);
         STAMP(3);
-        if (b < NH) {
-            if (counters) wait_for(cnt + C_QKV, nb);
-            STAMP(4);
-            int h = b, g = h / (NH / NKV);
-            const u64* qkv = P.qkv + (size_t)l * QKV_ROWS;
-            float qv[4], kv[4], vv[4];
-            get_n<4>(qkv + h * HD + 4 * lane, 1, qv, ep, poll);
-            get_n<4>(qkv + H + g * HD + 4 * lane, 1, kv, ep, poll);
-            get_n<4>(qkv + H + NKV * HD + g * HD + 4 * lane, 1, vv, ep, poll);
-            float4 q4 = make_float4(qv[0], qv[1], qv[2], qv[3]), k4 = make_float4(kv[0], kv[1], kv[2], kv[3]),
-                   v4 = make_float4(vv[0], vv[1], vv[2], vv[3]);
+        if (b < NPARTS) {
+            // Query head h, keys lo..hi-1 of 0..pos (ATT_SPLIT ranges).
+            int h = b / ATT_SPLIT, part = b % ATT_SPLIT, g = h / (NH / NKV);
+            int span = (P.pos + 1 + ATT_SPLIT - 1) / ATT_SPLIT, lo = min(part * span, P.pos + 1),
+                hi = min(lo + span, P.pos + 1);
+            int cached = min(KPF, max(0, min(hi, P.pos) - lo));  // rows copied (split: all of them, checked)
             float* kc = P.kc + (size_t)l * MAXPOS * NKV * HD;
             float* vc = P.vc + (size_t)l * MAXPOS * NKV * HD;
-            if (h % (NH / NKV) == 0 && warp == 0) {
+            // The cached rows do not depend on this step: in flight before the wait.
+            for (int x = tid; x < cached * HD / 4; x += CT) {
+                int j = x / (HD / 4), c = x % (HD / 4);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(kvs + (size_t)j * HD + 4 * c)),
+                             "l"(kc + ((size_t)(lo + j) * NKV + g) * HD + 4 * c) : "memory");
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(kvs + (size_t)(KPF + j) * HD + 4 * c)),
+                             "l"(vc + ((size_t)(lo + j) * NKV + g) * HD + 4 * c) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            if (counters) dep_wait(P, l, C_QKV, nb);
+            STAMP(4);
+            const float* qkv = P.qkv + (size_t)l * QKV_ROWS;
+            float4 q4 = __ldcg((const float4*)(qkv + h * HD) + lane), k4 = __ldcg((const float4*)(qkv + H + g * HD) + lane),
+                   v4 = __ldcg((const float4*)(qkv + H + NKV * HD + g * HD) + lane);
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            cbar();
+            if (h % (NH / NKV) == 0 && part == 0 && warp == 0) {
                 ((float4*)(kc + ((size_t)P.pos * NKV + g) * HD))[lane] = k4;
                 ((float4*)(vc + ((size_t)P.pos * NKV + g) * HD))[lane] = v4;
             }
-            u64* att = P.att + (size_t)l * H + h * HD;
-            attention_core(kc, vc, g, P.pos, q4, k4, v4, scr, red, [&](int d, float v) { put(att + d, v, ep); });
-            if (counters) signal(cnt + C_ATT);
+            if (ATT_SPLIT == 1) {
+                float* att = P.att + (size_t)l * H + h * HD;
+                attention_core(kc, vc, g, P.pos, q4, k4, v4, scr, red, [&](int d, float v) { att[d] = v; }, kvs,
+                               kvs + KPF * HD, cached);
+            } else {
+                attention_part(lo, hi, P.pos, q4, k4, v4, kvs, kvs + KPF * HD, scr, red,
+                               P.parts + ((size_t)l * NPARTS + b) * PART_FLOATS);
+            }
+            if (counters) dep_signal(P, l, C_ATT);
         }
-        if (counters) wait_for(cnt + C_ATT, NH);
+        if (counters) dep_wait(P, l, C_ATT, NPARTS);
         STAMP(5);
-        for (int x = tid; x < H / 32; x += CT) {
-            float v[32];
-            get_n<32>(P.att + (size_t)l * H + 32 * x, 1, v, ep, poll);
-            quant32(v, xq + 32 * x, xds + x);
+        if (ATT_SPLIT == 1) {
+            stage_in(P.att + (size_t)l * H, xf, H);
+        } else {
+            // Every head's parts combined: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
+            stage_in(P.parts + (size_t)l * NPARTS * PART_FLOATS, xs, NPARTS * PART_FLOATS);
+            float* heads = xs + NPARTS * PART_FLOATS;
+            for (int x = tid; x < H; x += CT) {
+                int h = x / HD, d = x % HD;
+                const float* pp = xs + (size_t)h * ATT_SPLIT * PART_FLOATS;
+                float M = -INFINITY;
+                for (int q = 0; q < ATT_SPLIT; q++)
+                    if (pp[q * PART_FLOATS + 1] > 0.f) M = fmaxf(M, pp[q * PART_FLOATS]);
+                float L = 0.f, A = 0.f;
+                for (int q = 0; q < ATT_SPLIT; q++) {
+                    const float* pq = pp + q * PART_FLOATS;
+                    if (pq[1] > 0.f) {
+                        float e = __expf(pq[0] - M);
+                        L += e * pq[1];
+                        A += e * pq[4 + d];
+                    }
+                }
+                heads[x] = A / L;
+            }
+            cbar();
+            xf = heads;
         }
+        quant_coop<1>(xf, false, H / 32, xq, xds);
         cbar();
+        xf = xs;
         STAMP(21);
         run_op(OP_O, P.o + (size_t)l * H, 20);
-        if (counters) signal(cnt + C_O);
+        if (counters) dep_signal(P, l, C_O);
         STAMP(6);
 #pragma unroll
         for (int i = 0; i < H / CT; i++) wv[i] = P.wn2[(size_t)l * H + tid + i * CT];
-        if (counters) wait_for(cnt + C_O, nb);
+        if (counters) dep_wait(P, l, C_O, nb);
         STAMP(7);
         {
             float o[H / CT];
-            get_n<H / CT>(P.o + (size_t)l * H + tid, CT, o, ep, poll);
 #pragma unroll
-            for (int i = 0; i < H / CT; i++) resid[i] += o[i];
+            for (int i = 0; i < H / CT; i++) o[i] = __ldcg(P.o + (size_t)l * H + tid + i * CT);
+#pragma unroll
+            for (int i = 0; i < H / CT; i++) resid[i] = xr[tid + i * CT] += o[i];
         }
-        norm_quant(resid, wv, xf, xq, xds, red, 16);
+        norm_quant(resid, wv, xf, xq, xds, red, st, 16);
         STAMP(8);
         run_op(OP_GU, P.hb + (size_t)l * FF, 22);
-        if (counters) signal(cnt + C_GU);
+        if (counters) dep_signal(P, l, C_GU);
         STAMP(9);
-        if (counters) wait_for(cnt + C_GU, nb);
+        if (counters) dep_wait(P, l, C_GU, nb);
         STAMP(10);
-        for (int x = tid; x < FF / 32; x += CT) {
-            float v[32];
-            get_n<32>(P.hb + (size_t)l * FF + 32 * x, 1, v, ep, poll);
-            quant32(v, xq + 32 * x, xds + x);
-        }
+        stage_in(P.hb + (size_t)l * FF, hs, FF);
+        for (int r = 0; r < FF / 32; r += CT / 4)
+            quant_coop<1>(hs + 32 * r, false, min(CT / 4, FF / 32 - r), xq + 32 * r, xds + r);
         cbar();
         STAMP(11);
         run_op(OP_DOWN, P.down + (size_t)l * H, 23);
-        if (counters) signal(cnt + C_DOWN);
+        if (counters) dep_signal(P, l, C_DOWN);
         STAMP(12);
     }
 }
@@ -685,15 +916,19 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     int nb = prop.multiProcessorCount;
     size_t lb = layer_bytes(), wbytes = lb * layers;
-    printf("device %s, %d SMs; %d layers of %.2f MB (Q4_K), pos %d, %d stages of %d bytes, %d threads a block\n", prop.name,
-           nb, layers, lb / 1e6, pos, S, STAGE, THREADS);
+    if (nb < NPARTS || pos >= MAXPOS || (ATT_SPLIT > 1 && (pos + ATT_SPLIT) / ATT_SPLIT > KPF)) {
+        fprintf(stderr, "this build needs %d SMs, pos < %d and pos / %d keys at most %d\n", NPARTS, MAXPOS, ATT_SPLIT, KPF);
+        return 1;
+    }
+    printf("device %s, %d SMs; %d layers of %.2f MB (Q4_K), pos %d, %d stages of %d bytes, L2 prefetch %d tiles ahead, %d threads a block;\n  the attention over %d blocks a head (K/V rows of up to %d keys copied before the wait), %s between ops\n",
+           prop.name, nb, layers, lb / 1e6, pos, S, STAGE, PREFETCH, THREADS, ATT_SPLIT, KPF,
+           FLAGS ? "a flag a block" : "one counter");
     Params P{};
     uint8_t* w;
     CK(cudaMalloc(&w, wbytes));
     init_bytes<<<4096, 256>>>((uint32_t*)w, wbytes / 4, 7);
     init_headers<<<4096, 256>>>(w, wbytes / SB);
     auto fal = [](size_t n) { float* p; CK(cudaMalloc(&p, n * 4)); CK(cudaMemset(p, 0, n * 4)); return p; };
-    auto ual = [](size_t n) { u64* p; CK(cudaMalloc(&p, n * 8)); CK(cudaMemset(p, 0, n * 8)); return p; };
     float* x0 = fal(H);
     float *wn1 = fal((size_t)layers * H), *wn2 = fal((size_t)layers * H);
     size_t kvn = (size_t)layers * MAXPOS * NKV * HD;
@@ -704,13 +939,15 @@ int main(int argc, char** argv) {
     init_floats<<<4096, 256>>>(kc, kvn, 4, -1.f, 1.f);
     init_floats<<<4096, 256>>>(vc, kvn, 5, -1.f, 1.f);
     P.w = w; P.x0 = x0; P.wn1 = wn1; P.wn2 = wn2; P.kc = kc; P.vc = vc;
-    P.qkv = ual((size_t)layers * QKV_ROWS); P.att = ual((size_t)layers * H); P.o = ual((size_t)layers * H);
-    P.hb = ual((size_t)layers * FF); P.down = ual((size_t)layers * H);
+    P.qkv = fal((size_t)layers * QKV_ROWS); P.att = fal((size_t)layers * H); P.o = fal((size_t)layers * H);
+    P.hb = fal((size_t)layers * FF); P.down = fal((size_t)layers * H);
     CK(cudaMalloc(&P.cnt, layers * NC * 4));
+    CK(cudaMalloc(&P.flags, (size_t)layers * NC * nb * 4));
+    CK(cudaMemset(P.flags, 0, (size_t)layers * NC * nb * 4));
+    P.parts = fal((size_t)layers * NPARTS * PART_FLOATS);
     CK(cudaMalloc(&P.stamps, layers * NSTAMP * 8));
     P.layers = layers; P.pos = pos; P.nb = nb;
-    size_t smem = (size_t)S * STAGE + FF + FF / 32 * 8 + H * 4 + 32 * CW * 4 + CW * 4;
-    static_assert(MAXPOS + CW * HD <= H, "the attention's scratch fits xf");
+    size_t smem = (size_t)S * STAGE + FF + FF / 32 * 8 + XS_FLOATS * 4 + 32 * CW * 4 + CW * 4 + H * 4;
     CK(cudaFuncSetAttribute(chain, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     CK(cudaDeviceSynchronize());
 
@@ -743,33 +980,29 @@ int main(int argc, char** argv) {
     CK(cudaGetLastError());
 
     unsigned run = 0;
-    auto launch = [&](int mode, int ll) {
+    auto launch = [&](int mode) {
         Params Q = P;
-        Q.mode = mode; Q.ll = ll; Q.ep = ++run;
-        if (!ll) CK(cudaMemsetAsync(P.cnt, 0, layers * NC * 4));
+        Q.mode = mode;
+        Q.run = ++run;
+        CK(cudaMemsetAsync(P.cnt, 0, layers * NC * 4));
         chain<<<nb, THREADS, smem>>>(Q);
-    };
-    auto lo = [](const std::vector<u64>& v) {
-        std::vector<float> f(v.size());
-        for (size_t i = 0; i < v.size(); i++) f[i] = __builtin_bit_cast(float, (unsigned)v[i]);
-        return f;
     };
     auto rel = [](const std::vector<float>& x, const std::vector<float>& y) {
         double e = 0, m = 0;
         for (size_t j = 0; j < x.size(); j++) { e = std::max(e, (double)fabsf(x[j] - y[j])); m = std::max(m, (double)fabsf(y[j])); }
         return std::isfinite(e) && m > 0 ? e / m : 1e9;
     };
-    for (int ll = 0; ll < 2; ll++) {
-        launch(0, ll);
+    {
+        launch(0);
         CK(cudaDeviceSynchronize());
         CK(cudaGetLastError());
-        std::vector<u64> q0(QKV_ROWS), d0(H), dl(H);
-        CK(cudaMemcpy(q0.data(), P.qkv, QKV_ROWS * 8, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(d0.data(), P.down, H * 8, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(dl.data(), P.down + (size_t)(layers - 1) * H, H * 8, cudaMemcpyDeviceToHost));
-        double e0 = rel(lo(q0), ref_l0), ed0 = rel(lo(d0), ref_d0), edl = rel(lo(dl), ref_dl);
-        printf("check (%s): against the reference chain, max |diff| / max: layer 0 q/k/v %.2e, down %.2e; layer %d down %.2e%s\n",
-               ll ? "values as flags" : "counters", e0, ed0, layers - 1, edl, e0 < 1e-5 && ed0 < 1e-4 && edl < 0.2 ? "" : "  ** MISMATCH **");
+        std::vector<float> q0(QKV_ROWS), d0(H), dl(H);
+        CK(cudaMemcpy(q0.data(), P.qkv, QKV_ROWS * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(d0.data(), P.down, H * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(dl.data(), P.down + (size_t)(layers - 1) * H, H * 4, cudaMemcpyDeviceToHost));
+        double e0 = rel(q0, ref_l0), ed0 = rel(d0, ref_d0), edl = rel(dl, ref_dl);
+        printf("check: against the reference chain, max |diff| / max: layer 0 q/k/v %.2e, down %.2e; layer %d down %.2e%s\n", e0,
+               ed0, layers - 1, edl, e0 < 1e-5 && ed0 < 1e-4 && edl < 0.2 ? "" : "  ** MISMATCH **");
     }
 
     unsigned* sink;
@@ -778,12 +1011,13 @@ int main(int argc, char** argv) {
     float ms_stream = median_ms([&](bool pre) { if (!pre) stream_read<<<nb * 8, 512>>>((const uint4*)w, wbytes / 16, sink); }, 7);
     double gb = wbytes / 1e9;
     printf("streaming read (16-byte loads) of the %.3f GB: %.3f ms, %.1f GB/s\n", gb, ms_stream, gb / ms_stream * 1e3);
-    auto report = [&](const char* what, int mode, int ll) {
-        float ms = median_ms([&](bool pre) { if (!pre) launch(mode, ll); }, 7);
+    auto report = [&](const char* what, int mode) {
+        float ms = median_ms([&](bool pre) { if (!pre) launch(mode); }, 7);
         CK(cudaGetLastError());
         printf("%-62s %.3f ms, %6.2f us a layer, %6.1f GB/s, %5.1f%% of the read\n", what, ms, ms * 1e3 / layers, gb / ms * 1e3,
                100.0 * ms_stream / ms);
     };
+#ifdef STAMPS
     const char* names[NSTAMP] = {"start",          "the last down's all",   "norm 1",
                                  "q/k/v rows",     "q/k/v all",             "attention all (+ own head)",
                                  "o rows",         "o all",                 "norm 2",
@@ -808,13 +1042,16 @@ int main(int argc, char** argv) {
         for (int l = 1; l < layers - 1; l++, n++) s += (stamps[(l + 1) * NSTAMP] - stamps[l * NSTAMP]) / 1e3;
         printf("  %-34s %8.2f\n", "next layer's start", n ? s / n : 0.0);
     };
-    report("chain, counters between ops:", 0, 0);
+#endif
+#ifdef STAMPS
+    report("chain (with stamps):", 0);
     phases("counters");
-    report("chain, values as flags:", 0, 1);
-    phases("values as flags");
-    report("  bound, no waits (wrong values):", 1, 1);
-    report("  bound, no waits and no arithmetic:", 3, 1);
-    report("  the ring and the mat-vecs alone (no weight-free work):", 4, 1);
-    report("  the ring alone (no weight-free work, no arithmetic):", 6, 1);
+#else
+    report("chain:", 0);
+    report("  bound, no waits (wrong values):", 1);
+    report("  bound, no waits and no arithmetic:", 3);
+    report("  the ring and the mat-vecs alone (no weight-free work):", 4);
+    report("  the ring alone (no weight-free work, no arithmetic):", 6);
+#endif
     return 0;
 }
