@@ -38,9 +38,11 @@
 // and bounds of the same kernel: no dependency waits (wrong values), no arithmetic, no
 // weight-free work. -DSTAMPS: block 0's times within a layer (globaltimer).
 //
+// -DSHAPE_1B: Llama-3.2-1B's shape instead (16 layers of 2048 x 8192, heads of 64).
+//
 // What it showed (H200, BENCHMARKS.md, session 35): the ring and the mat-vecs alone stream at
-// 88-92% of the read (29.6-30.9 us a layer); the whole chain 45.9 us a layer at pos 64 (59%),
-// 52.5 at pos 200. What is left is the round trips of the dependent exchanges (1-3 us each under
+// 87-92% of the read (29.3-31.0 us a layer); the whole chain 46.2-47.3 us a layer at pos 64
+// (57%), 52.3 at pos 200; the 1B shape 24.5 us a layer (33%; the mat-vecs alone 74%). What is left is the round trips of the dependent exchanges (1-3 us each under
 // a saturated memory system) that a ring of ~110 KB (3 us of an SM's share of DRAM) cannot hide.
 //
 // nvcc -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -diag-suppress 549 -o /tmp/stream_chain stream_chain.cu
@@ -63,12 +65,19 @@
         }                                                                                      \
     } while (0)
 
-constexpr int H = 4096, FF = 14336, NH = 32, NKV = 8, HD = 128;
+// The model's shape: Llama-3.1-8B's by default, Llama-3.2-1B's with -DSHAPE_1B.
+#ifdef SHAPE_1B
+constexpr int H = 2048, FF = 8192, NH = 32, NKV = 8, HD = 64, DEFAULT_LAYERS = 16;
+#else
+constexpr int H = 4096, FF = 14336, NH = 32, NKV = 8, HD = 128, DEFAULT_LAYERS = 32;
+#endif
+constexpr int HL = HD / 4;  // the lanes that hold a head's values, 4 each
 constexpr int QKV_ROWS = H + 2 * NKV * HD;  // 6144
 constexpr int SB = 144;                      // a Q4_K super-block of 256 weights
-constexpr int RB_H = H / 256 * SB;           // 2304 bytes a row of 4096
-constexpr int RB_F = FF / 256 * SB;          // 8064 bytes a row of 14336
-constexpr int STAGE = 8 * RB_H;              // 18432: 8 rows of 4096, or 2 of 14336 (16128)
+constexpr int RB_H = H / 256 * SB;           // a row of H values (8B: 2304 bytes)
+constexpr int RB_F = FF / 256 * SB;          // a row of FF values (8B: 8064 bytes)
+constexpr int STAGE = 18432;                 // 8B: 8 rows of 4096 or 2 of 14336; 1B: 16 of 2048 or 4 of 8192
+constexpr int RT_H = STAGE / RB_H, RT_F = STAGE / RB_F;  // rows a tile
 #ifndef STAGES
 #define STAGES 6
 #endif
@@ -89,7 +98,11 @@ static_assert(S <= 6, "the ring and the rest fit 227 KB of shared memory");
 #define STAMP(i)
 #endif
 constexpr int CW = COMPUTE_WARPS, CT = CW * 32, THREADS = CT + 32;
-static_assert(CW == 16, "a lane takes at most one chunk of a row: 64 chunks over 2 warps, 224 over 8");
+// A tile's rows split evenly over the warps, a lane taking at most one chunk of 64 weights a row
+// (8B: 64 chunks a row over 2 warps, 224 over 8; 1B: 32 over 1, 128 over 4).
+static_assert(CW % RT_H == 0 && CW % RT_F == 0, "a tile's rows split evenly over the warps");
+static_assert((RB_H / SB * 4) % (CW / RT_H) == 0 && (RB_H / SB * 4) / (CW / RT_H) <= 32, "at most a chunk a lane");
+static_assert((RB_F / SB * 4) % (CW / RT_F) == 0 && (RB_F / SB * 4) / (CW / RT_F) <= 32, "at most a chunk a lane");
 constexpr int MAXPOS = 256;
 constexpr int NSTAMP = 24;
 // Keys whose cached K/V rows an attention block copies into shared memory while the other
@@ -108,7 +121,7 @@ constexpr int NSTAMP = 24;
 #ifndef ATT_SPLIT
 #define ATT_SPLIT 1
 #endif
-constexpr int PART_FLOATS = 132;
+constexpr int PART_FLOATS = 4 + HD;
 constexpr int NPARTS = NH * ATT_SPLIT;
 constexpr int ATT_IN = ATT_SPLIT > 1 ? NPARTS * PART_FLOATS + H : H;  // staged parts, then the heads
 constexpr int XS_A = 2 * KPF * HD + MAXPOS + CW * HD;
@@ -122,10 +135,10 @@ struct OpShape {
 };
 __host__ __device__ inline OpShape op_shape(int op) {
     switch (op) {
-        case OP_QKV: return {8, QKV_ROWS / 8, RB_H};
-        case OP_O: return {8, H / 8, RB_H};
-        case OP_GU: return {8, 2 * FF / 8, RB_H};
-        default: return {2, H / 2, RB_F};
+        case OP_QKV: return {RT_H, QKV_ROWS / RT_H, RB_H};
+        case OP_O: return {RT_H, H / RT_H, RB_H};
+        case OP_GU: return {RT_H, 2 * FF / RT_H, RB_H};  // a tile: RT_H / 2 gate rows, then their up rows
+        default: return {RT_F, H / RT_F, RB_F};
     }
 }
 __host__ __device__ inline size_t op_offset(int op) {
@@ -322,7 +335,8 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            k[u] = j < npf   ? ((const float4*)(ks + (size_t)j * HD))[lane]
+            k[u] = lane >= HL ? make_float4(0.f, 0.f, 0.f, 0.f)
+                   : j < npf   ? ((const float4*)(ks + (size_t)j * HD))[lane]
                    : j < pos ? __ldcg((const float4*)(kc + ((size_t)j * NKV + g) * HD) + lane)
                              : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
@@ -356,7 +370,8 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            v[u] = j < npf   ? ((const float4*)(vs + (size_t)j * HD))[lane]
+            v[u] = lane >= HL ? make_float4(0.f, 0.f, 0.f, 0.f)
+                   : j < npf   ? ((const float4*)(vs + (size_t)j * HD))[lane]
                    : j < pos ? __ldcg((const float4*)(vc + ((size_t)j * NKV + g) * HD) + lane)
                              : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
@@ -367,7 +382,7 @@ __device__ void attention_core(const float* kc, const float* vc, int g, int pos,
             acc.x += p * v[u].x; acc.y += p * v[u].y; acc.z += p * v[u].z; acc.w += p * v[u].w;
         }
     }
-    ((float4*)(sv + warp * HD))[lane] = acc;
+    if (lane < HL) ((float4*)(sv + warp * HD))[lane] = acc;
     cbar();
     for (int d = tid; d < HD; d += CT) {
         float a = 0.f;
@@ -393,8 +408,8 @@ __device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, f
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            k[u] = j < pos && j < hi ? ((const float4*)(ks + (size_t)(j - lo) * HD))[lane]
-                                     : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
+            k[u] = lane < HL && j < pos && j < hi ? ((const float4*)(ks + (size_t)(j - lo) * HD))[lane]
+                                                  : (j == pos && lane < HL ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
 #pragma unroll
         for (int u = 0; u < KB; u++) {
@@ -426,8 +441,8 @@ __device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, f
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
-            v[u] = j < pos && j < hi ? ((const float4*)(vs + (size_t)(j - lo) * HD))[lane]
-                                     : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
+            v[u] = lane < HL && j < pos && j < hi ? ((const float4*)(vs + (size_t)(j - lo) * HD))[lane]
+                                                  : (j == pos && lane < HL ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
         }
 #pragma unroll
         for (int u = 0; u < KB; u++) {
@@ -436,7 +451,7 @@ __device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, f
             acc.x += p * v[u].x; acc.y += p * v[u].y; acc.z += p * v[u].z; acc.w += p * v[u].w;
         }
     }
-    ((float4*)(sv + warp * HD))[lane] = acc;
+    if (lane < HL) ((float4*)(sv + warp * HD))[lane] = acc;
     cbar();
     for (int d = tid; d < HD; d += CT) {
         float a = 0.f;
@@ -644,14 +659,15 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
         // Epilogues: rows summed from their parts; gate/up pairs into the activation.
         int R = sh.rows_per_tile;
         if (op == OP_GU) {
-            for (int x = tid; x < i * 4; x += CT) {
-                int ti = x >> 2, rr = x & 3, t = b + ti * nb;
+            const int half = R / 2;
+            for (int x = tid; x < i * half; x += CT) {
+                int ti = x / half, rr = x % half, t = b + ti * nb;
                 float g = 0.f, u = 0.f;
                 for (int q = 0; q < wpr; q++) {
                     g += res[ti * CW + rr * wpr + q];
-                    u += res[ti * CW + (rr + 4) * wpr + q];
+                    u += res[ti * CW + (rr + half) * wpr + q];
                 }
-                out[t * 4 + rr] = g / (1.f + __expf(-g)) * u;
+                out[t * half + rr] = g / (1.f + __expf(-g)) * u;
             }
         } else {
             for (int x = tid; x < i * R; x += CT) {
@@ -716,11 +732,15 @@ __global__ void __launch_bounds__(THREADS, 1) chain(Params P) {
             if (counters) dep_wait(P, l, C_QKV, nb);
             STAMP(4);
             const float* qkv = P.qkv + (size_t)l * QKV_ROWS;
-            float4 q4 = __ldcg((const float4*)(qkv + h * HD) + lane), k4 = __ldcg((const float4*)(qkv + H + g * HD) + lane),
-                   v4 = __ldcg((const float4*)(qkv + H + NKV * HD + g * HD) + lane);
+            float4 q4 = {0.f, 0.f, 0.f, 0.f}, k4 = q4, v4 = q4;
+            if (lane < HL) {
+                q4 = __ldcg((const float4*)(qkv + h * HD) + lane);
+                k4 = __ldcg((const float4*)(qkv + H + g * HD) + lane);
+                v4 = __ldcg((const float4*)(qkv + H + NKV * HD + g * HD) + lane);
+            }
             asm volatile("cp.async.wait_group 0;" ::: "memory");
             cbar();
-            if (h % (NH / NKV) == 0 && part == 0 && warp == 0) {
+            if (h % (NH / NKV) == 0 && part == 0 && warp == 0 && lane < HL) {
                 ((float4*)(kc + ((size_t)P.pos * NKV + g) * HD))[lane] = k4;
                 ((float4*)(vc + ((size_t)P.pos * NKV + g) * HD))[lane] = v4;
             }
@@ -836,17 +856,22 @@ __global__ void ref_matvec(const uint8_t* w, int op, const int8_t* xq, const flo
 __global__ void ref_act(const float* gu, float* h) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= FF) return;
-    int t = i / 4, r = i % 4;
-    float g = gu[t * 8 + r], u = gu[t * 8 + 4 + r];
+    const int half = RT_H / 2;
+    int t = i / half, r = i % half;
+    float g = gu[t * RT_H + r], u = gu[t * RT_H + half + r];
     h[i] = g / (1.f + __expf(-g)) * u;
 }
 __global__ void ref_attention(float* kc, float* vc, int pos, const float* qkv, float* att) {
     extern __shared__ float scr[];
     __shared__ float red[CW];
     int h = blockIdx.x, g = h / (NH / NKV), lane = threadIdx.x & 31;
-    float4 q4 = ((const float4*)(qkv + h * HD))[lane], k4 = ((const float4*)(qkv + H + g * HD))[lane],
-           v4 = ((const float4*)(qkv + H + NKV * HD + g * HD))[lane];
-    if (h % (NH / NKV) == 0 && threadIdx.x < 32) {
+    float4 q4 = {0.f, 0.f, 0.f, 0.f}, k4 = q4, v4 = q4;
+    if (lane < HL) {
+        q4 = ((const float4*)(qkv + h * HD))[lane];
+        k4 = ((const float4*)(qkv + H + g * HD))[lane];
+        v4 = ((const float4*)(qkv + H + NKV * HD + g * HD))[lane];
+    }
+    if (h % (NH / NKV) == 0 && threadIdx.x < HL) {
         ((float4*)(kc + ((size_t)pos * NKV + g) * HD))[lane] = k4;
         ((float4*)(vc + ((size_t)pos * NKV + g) * HD))[lane] = v4;
     }
@@ -911,7 +936,7 @@ float median_ms(F f, int reps) {
 }
 
 int main(int argc, char** argv) {
-    int layers = argc > 1 ? atoi(argv[1]) : 32, pos = argc > 2 ? atoi(argv[2]) : 64;
+    int layers = argc > 1 ? atoi(argv[1]) : DEFAULT_LAYERS, pos = argc > 2 ? atoi(argv[2]) : 64;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     int nb = prop.multiProcessorCount;
@@ -920,8 +945,8 @@ int main(int argc, char** argv) {
         fprintf(stderr, "this build needs %d SMs, pos < %d and pos / %d keys at most %d\n", NPARTS, MAXPOS, ATT_SPLIT, KPF);
         return 1;
     }
-    printf("device %s, %d SMs; %d layers of %.2f MB (Q4_K), pos %d, %d stages of %d bytes, L2 prefetch %d tiles ahead, %d threads a block;\n  the attention over %d blocks a head (K/V rows of up to %d keys copied before the wait), %s between ops\n",
-           prop.name, nb, layers, lb / 1e6, pos, S, STAGE, PREFETCH, THREADS, ATT_SPLIT, KPF,
+    printf("device %s, %d SMs; %d layers of %d x %d (%.2f MB of Q4_K), pos %d, %d stages of %d bytes, L2 prefetch %d tiles ahead, %d threads a block;\n  the attention over %d blocks a head (K/V rows of up to %d keys copied before the wait), %s between ops\n",
+           prop.name, nb, layers, H, FF, lb / 1e6, pos, S, STAGE, PREFETCH, THREADS, ATT_SPLIT, KPF,
            FLAGS ? "a flag a block" : "one counter");
     Params P{};
     uint8_t* w;
