@@ -317,100 +317,33 @@ __device__ void norm_quant(const float* vals, const float* wv, float* xf, int8_t
     cbar();
 }
 
-// One query head (kv head g) of a decode attention at position pos: keys 0..pos-1 from the
-// cache, the step's own (knew, vnew: the lane's 4 values) last; q the lane's 4 values. A warp a
-// key at a time, loads of several keys issued together; the CT compute threads; scratch:
-// MAXPOS + CW * HD floats. out(d, value) for d < HD.
-template <class Out>
-__device__ void attention_core(const float* kc, const float* vc, int g, int pos, float4 q, float4 knew, float4 vnew,
-                               float* scr, float* red, Out out, const float* ks = nullptr, const float* vs = nullptr,
-                               int npf = 0) {
+// Keys lo..hi-1 of one query head (kv head g) of a decode attention at position pos: the step's
+// own key (pos) from knew / vnew (the lane's 4 values), the cached keys j < lo + npf from the
+// shared copies ks / vs (row j - lo), the others from the cache; q the lane's 4 values. A warp
+// a key at a time, loads of several keys issued together; the CT compute threads; scratch:
+// MAXPOS + CW * HD floats. Gives the partial softmax sums: done(m, l, acc) with m the max
+// score, l the sum of exp(score - m), and acc(d) for d < HD the sum of exp(score - m) V[d].
+template <class Done>
+__device__ void attention_span(const float* kc, const float* vc, int g, int lo, int hi, int pos, float4 q,
+                               float4 knew, float4 vnew, const float* ks, const float* vs, int npf, float* scr,
+                               float* red, Done done) {
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     float* sp = scr;            // MAXPOS
     float* sv = sp + MAXPOS;    // CW x HD partial sums
     const float sc = rsqrtf((float)HD);
     constexpr int KB = 4;
-    for (int j0 = warp; j0 <= pos; j0 += KB * CW) {
-        float4 k[KB];
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            k[u] = lane >= HL ? make_float4(0.f, 0.f, 0.f, 0.f)
-                   : j < npf   ? ((const float4*)(ks + (size_t)j * HD))[lane]
-                   : j < pos ? __ldcg((const float4*)(kc + ((size_t)j * NKV + g) * HD) + lane)
-                             : (j == pos ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
-        }
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            float a = warp_sum(q.x * k[u].x + q.y * k[u].y + q.z * k[u].z + q.w * k[u].w);
-            if (lane == 0 && j <= pos) sp[j] = a * sc;
-        }
-    }
-    cbar();
-    float m = -INFINITY;
-    for (int j = tid; j <= pos; j += CT) m = fmaxf(m, sp[j]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) red[warp] = m;
-    cbar();
-    m = red[0];
-    for (int i = 1; i < CW; i++) m = fmaxf(m, red[i]);
-    cbar();
-    float ls = 0.f;
-    for (int j = tid; j <= pos; j += CT) {
-        float p = __expf(sp[j] - m);
-        sp[j] = p;
-        ls += p;
-    }
-    float l_sum = block_sum(ls, red);
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int j0 = warp; j0 <= pos; j0 += KB * CW) {
-        float4 v[KB];
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            v[u] = lane >= HL ? make_float4(0.f, 0.f, 0.f, 0.f)
-                   : j < npf   ? ((const float4*)(vs + (size_t)j * HD))[lane]
-                   : j < pos ? __ldcg((const float4*)(vc + ((size_t)j * NKV + g) * HD) + lane)
-                             : (j == pos ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
-        }
-#pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            float p = j <= pos ? sp[j] : 0.f;
-            acc.x += p * v[u].x; acc.y += p * v[u].y; acc.z += p * v[u].z; acc.w += p * v[u].w;
-        }
-    }
-    if (lane < HL) ((float4*)(sv + warp * HD))[lane] = acc;
-    cbar();
-    for (int d = tid; d < HD; d += CT) {
-        float a = 0.f;
-        for (int w = 0; w < CW; w++) a += sv[w * HD + d];
-        out(d, a / l_sum);
-    }
-    cbar();
-}
-
-// Keys lo..hi-1 of one query head (kv head g) at position pos (the step's own key, pos, from
-// knew/vnew; the others from the shared copies ks/vs, row j - lo): the partial softmax sums,
-// out[0] = the max score, out[1] = the sum of exp(score - max), out[4 + d] = the sum of
-// exp(score - max) * V[d]. The CT compute threads; scratch: MAXPOS + CW * HD floats.
-__device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, float4 vnew, const float* ks, const float* vs,
-                               float* scr, float* red, float* out) {
-    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    float* sp = scr;
-    float* sv = sp + MAXPOS;
-    const float sc = rsqrtf((float)HD);
-    constexpr int KB = 4;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    // Key j's row of K (kv = 0) or V (1), the lane's 4 values.
+    auto row = [&](int kv, int j) -> float4 {
+        if (lane >= HL || j >= hi) return zero;
+        if (j == pos) return kv ? vnew : knew;
+        if (j < lo + npf) return ((const float4*)((kv ? vs : ks) + (size_t)(j - lo) * HD))[lane];
+        return __ldcg((const float4*)((kv ? vc : kc) + ((size_t)j * NKV + g) * HD) + lane);
+    };
     for (int j0 = lo + warp; j0 < hi; j0 += KB * CW) {
         float4 k[KB];
 #pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            k[u] = lane < HL && j < pos && j < hi ? ((const float4*)(ks + (size_t)(j - lo) * HD))[lane]
-                                                  : (j == pos && lane < HL ? knew : make_float4(0.f, 0.f, 0.f, 0.f));
-        }
+        for (int u = 0; u < KB; u++) k[u] = row(0, j0 + u * CW);
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
@@ -435,15 +368,11 @@ __device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, f
         ls += p;
     }
     float l_sum = block_sum(ls, red);
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 acc = zero;
     for (int j0 = lo + warp; j0 < hi; j0 += KB * CW) {
         float4 v[KB];
 #pragma unroll
-        for (int u = 0; u < KB; u++) {
-            int j = j0 + u * CW;
-            v[u] = lane < HL && j < pos && j < hi ? ((const float4*)(vs + (size_t)(j - lo) * HD))[lane]
-                                                  : (j == pos && lane < HL ? vnew : make_float4(0.f, 0.f, 0.f, 0.f));
-        }
+        for (int u = 0; u < KB; u++) v[u] = row(1, j0 + u * CW);
 #pragma unroll
         for (int u = 0; u < KB; u++) {
             int j = j0 + u * CW;
@@ -453,13 +382,33 @@ __device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, f
     }
     if (lane < HL) ((float4*)(sv + warp * HD))[lane] = acc;
     cbar();
-    for (int d = tid; d < HD; d += CT) {
+    done(m, l_sum, [&](int d) {
         float a = 0.f;
         for (int w = 0; w < CW; w++) a += sv[w * HD + d];
-        out[4 + d] = a;
-    }
-    if (tid == 0) { out[0] = m; out[1] = l_sum; }
+        return a;
+    });
     cbar();
+}
+
+// The whole head (keys 0..pos), normalized: out(d, value) for d < HD.
+template <class Out>
+__device__ void attention_core(const float* kc, const float* vc, int g, int pos, float4 q, float4 knew, float4 vnew,
+                               float* scr, float* red, Out out, const float* ks = nullptr, const float* vs = nullptr,
+                               int npf = 0) {
+    attention_span(kc, vc, g, 0, pos + 1, pos, q, knew, vnew, ks, vs, npf, scr, red, [&](float, float l, auto acc) {
+        for (int d = threadIdx.x; d < HD; d += CT) out(d, acc(d) / l);
+    });
+}
+
+// Keys lo..hi-1 of a head, all cached rows copied (ATT_SPLIT): out[0] = the max score, out[1]
+// = the sum of exp(score - max), out[4 + d] = the sum of exp(score - max) V[d].
+__device__ void attention_part(int lo, int hi, int pos, float4 q, float4 knew, float4 vnew, const float* ks, const float* vs,
+                               float* scr, float* red, float* out) {
+    attention_span(nullptr, nullptr, 0, lo, hi, pos, q, knew, vnew, ks, vs, hi - lo, scr, red,
+                   [&](float m, float l, auto acc) {
+                       for (int d = threadIdx.x; d < HD; d += CT) out[4 + d] = acc(d);
+                       if (threadIdx.x == 0) { out[0] = m; out[1] = l; }
+                   });
 }
 
 // An op's end, told to its consumers (see FLAGS).
