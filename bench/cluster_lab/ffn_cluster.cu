@@ -22,6 +22,10 @@
 // What it showed (session 34, H200): bitwise, and 4 us a layer slower (14.5-14.9 against
 // 10.5-10.6 us for the layer above): the production arithmetic, a warp a row, takes 3.9 us for
 // a block's 192 gate/up rows and 2.8 us for the quantization and 36 down rows on 16 SMs.
+// Session 36: the rows' 32 lanes played by 4, 8 or 16 lanes (vl_rows, the variants below):
+// still bitwise (every variant, 30 layers), and a block's 192 gate/up rows take 1.45 us instead
+// of 4.0 (results/ffn_cluster_lanes.txt) -- the arithmetic of a whole-layer cluster kernel need
+// not change to be fast (step_cluster.cu).
 #define LOCKSTEP_FAST_F32
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
@@ -58,6 +62,56 @@ __device__ __forceinline__ void load_q41_shared(FastUnit<T_Q4_1>& w, const u8* r
     for (int i = 0; i < 4; i++) w.q[i] = *(const int*)(b + 4 + 4 * i);
 }
 
+// A row's 32 lanes played by LPR lanes (a group of LPR consecutive lanes a row): lane p of the
+// group plays lanes p, p + LPR, ..., p + 32 - LPR. Each played lane folds its units (lane,
+// lane + 32, ...) as fast_rows' lane does, from 0.0f; then warp_sum_fixed's butterfly: its steps
+// o = 16 .. LPR pair played lanes inside one thread (lane i + o is the same thread's, as i ^ o
+// keeps i mod LPR), each pair's sum the same bits whichever operand comes first; the steps below
+// LPR are shuffles inside the group. So every row's value is bitwise fast_rows' (and
+// warp_sum_fixed's at LPR = 32).
+template <int LPR, bool PAIR>
+__device__ __forceinline__ void vl_rows(const u8* wa, const u8* wb, const signed char* xq, const Q8Blk* xd,
+                                        int units, int p, float& v, float& uv) {
+    constexpr int K = 32 / LPR;
+    float a[K], b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        a[k] = 0.0f;
+        b[k] = 0.0f;
+        for (int u = p + LPR * k; u < units; u += 32) {
+            FastUnit<T_Q4_1> w;
+            load_q41_shared(w, wa, u);
+            a[k] = w.dot(xq, xd, u, a[k]);
+            if constexpr (PAIR) {
+                FastUnit<T_Q4_1> w2;
+                load_q41_shared(w2, wb, u);
+                b[k] = w2.dot(xq, xd, u, b[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int s = K / 2; s > 0; s >>= 1) {
+        float ta[K], tb[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            ta[k] = a[k] + a[k ^ s];
+            if constexpr (PAIR) tb[k] = b[k] + b[k ^ s];
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            a[k] = ta[k];
+            if constexpr (PAIR) b[k] = tb[k];
+        }
+    }
+    v = a[0];
+    uv = b[0];
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) {
+        v = v + __shfl_xor_sync(0xffffffffu, v, o);
+        if constexpr (PAIR) uv = uv + __shfl_xor_sync(0xffffffffu, uv, o);
+    }
+}
+
 // dyn smem: [gate rows][up rows][down rows][act f32 m][act q8 m][act Q8Blk m/32]
 // Block 0's progress (global timer, ns) for the last call: entry, the grid wait returned, the
 // norm done, the weights landed, the gate/up rows sent, the activation received, the end.
@@ -72,7 +126,7 @@ __device__ __forceinline__ void ffn_mark(int i) {
 
 // LOAD 0: the block's weights by three bulk copies; LOAD 1: by every thread's 16-byte loads
 // (8 in flight a thread), stored to shared memory, before the grid wait either way.
-template <int LOAD>
+template <int LOAD, int LGU, int LD>
 __device__ __forceinline__ void ffn_cluster_body(
     NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m, int act, double c,
     const u8* Wd, float* yd) {
@@ -144,33 +198,31 @@ __device__ __forceinline__ void ffn_cluster_body(
     if (LOAD == 0) mbar_wait_parity(smem_u32(&bars[0]), 0);
     // (LOAD 1: NORM_GATE's block barrier already ordered every thread's stores)
     ffn_mark(3);
-    // gate/up rows: fast_rows<3, 1, true, ..., FIRST>'s arithmetic
+    // gate/up rows: fast_rows<3, 1, true, ..., FIRST>'s arithmetic, LGU lanes a row (vl_rows)
     const int units_g = g / 32;
-    for (int j = warp; j < rf; j += FFN_THREADS / 32) {
-        int r = rank * rf + j;
-        float acc = 0.0f, acc2 = 0.0f;
-        for (int u = lane; u < units_g; u += 32) {
-            FastUnit<T_Q4_1> w, w2;
-            load_q41_shared(w, sg + (size_t)j * rbu, u);
-            load_q41_shared(w2, su + (size_t)j * rbu, u);
-            acc = w.dot(sq, sd, u, acc);
-            acc2 = w2.dot(sq, sd, u, acc2);
-        }
-        float v = warp_sum_fixed(acc);
-        float uv = warp_sum_fixed(acc2);
+    constexpr int RPW_G = 32 / LGU;  // rows a warp at once
+    const int p_g = lane % LGU;
+    for (int j0 = warp * RPW_G; j0 < rf; j0 += (FFN_THREADS / 32) * RPW_G) {
+        int j = j0 + lane / LGU;
+        bool on = j < rf;  // whole warps shuffle; a group past the rows computes nothing it keeps
+        int jr = on ? j : rf - 1;
+        int r = rank * rf + jr;
+        float v, uv;
+        vl_rows<LGU, true>(sg + (size_t)jr * rbu, su + (size_t)jr * rbu, sq, sd, units_g, p_g, v, uv);
         float a = act_apply(v, uv, act, c);
-        if (lane == 0) {
+        if (on && p_g == 0) {
             gg[r] = v;
             uu[r] = uv;
             aa[r] = a;
         }
-        if (lane < FFN_CS) {
-            unsigned raddr = mapa_u32(smem_u32(act_s + r), lane);
-            unsigned rbar = mapa_u32(smem_u32(&bars[1]), lane);
-            asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(raddr),
-                         "r"(__float_as_uint(a)), "r"(rbar)
-                         : "memory");
-        }
+        if (on)
+            for (int dst = p_g; dst < FFN_CS; dst += LGU) {
+                unsigned raddr = mapa_u32(smem_u32(act_s + r), dst);
+                unsigned rbar = mapa_u32(smem_u32(&bars[1]), dst);
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(raddr),
+                             "r"(__float_as_uint(a)), "r"(rbar)
+                             : "memory");
+            }
     }
     ffn_mark(4);
     mbar_wait_parity(smem_u32(&bars[1]), 0);
@@ -180,32 +232,44 @@ __device__ __forceinline__ void ffn_cluster_body(
     // the activation's quantization: quantize_q8_32's q8_block, a warp a 32-value block
     for (int b = warp; b < m / 32; b += FFN_THREADS / 32) q8_block(act_s[b * 32 + lane], aq_s, ad_s, (size_t)b);
     __syncthreads();
-    // down rows: mmv_fast1's arithmetic
+    // down rows: mmv_fast1's arithmetic, LD lanes a row
     const int units_d = m / 32;
-    for (int j = warp; j < rd; j += FFN_THREADS / 32) {
-        int r = rank * rd + j;
-        float acc = 0.0f;
-        for (int u = lane; u < units_d; u += 32) {
-            FastUnit<T_Q4_1> w;
-            load_q41_shared(w, sdw + (size_t)j * rbd, u);
-            acc = w.dot(aq_s, ad_s, u, acc);
-        }
-        float v = warp_sum_fixed(acc);
-        if (lane == 0) yd[r] = v;
+    constexpr int RPW_D = 32 / LD;
+    const int p_d = lane % LD;
+    for (int j0 = warp * RPW_D; j0 < rd; j0 += (FFN_THREADS / 32) * RPW_D) {
+        int j = j0 + lane / LD;
+        bool on = j < rd;
+        int jr = on ? j : rd - 1;
+        float v, unused;
+        vl_rows<LD, false>(sdw + (size_t)jr * rbd, nullptr, aq_s, ad_s, units_d, p_d, v, unused);
+        if (on && p_d == 0) yd[rank * rd + jr] = v;
     }
     ffn_mark(6);
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-extern "C" __global__ void __launch_bounds__(FFN_THREADS, 1) ffn_cluster_3(
-    NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m, int act, double c,
-    const u8* Wd, float* yd) {
-    ffn_cluster_body<0>(a, b, pw, bn, sum, nw, out, g, eps, nt, q, ds, Wg, Wu, gg, uu, aa, m, act, c, Wd, yd);
-}
-extern "C" __global__ void __launch_bounds__(FFN_THREADS, 1) ffn_cluster_ld_3(
-    NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m, int act, double c,
-    const u8* Wd, float* yd) {
-    ffn_cluster_body<1>(a, b, pw, bn, sum, nw, out, g, eps, nt, q, ds, Wg, Wu, gg, uu, aa, m, act, c, Wd, yd);
-}
+#define FFN_KERNEL(NAME, LOAD, LGU, LD)                                                                   \
+    extern "C" __global__ void __launch_bounds__(FFN_THREADS, 1) NAME(                                       \
+        NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m, int act, double c, \
+        const u8* Wd, float* yd) {                                                                           \
+        ffn_cluster_body<LOAD, LGU, LD>(a, b, pw, bn, sum, nw, out, g, eps, nt, q, ds, Wg, Wu, gg, uu, aa, m,  \
+                                        act, c, Wd, yd);                                                     \
+    }
+// (bulk copies | loads), lanes a gate/up row, lanes a down row
+FFN_KERNEL(ffn_cluster_3, 0, 32, 32)
+FFN_KERNEL(ffn_cluster_ld_3, 1, 32, 32)
+FFN_KERNEL(ffn_cluster_ld_4_16_3, 1, 4, 16)
+FFN_KERNEL(ffn_cluster_ld_4_8_3, 1, 4, 8)
+FFN_KERNEL(ffn_cluster_ld_8_8_3, 1, 8, 8)
+FFN_KERNEL(ffn_cluster_ld_2_4_3, 1, 2, 4)
+
+typedef void (*FfnKernel)(const float*, const float*, const float*, float*, float*, const float*, float*, int,
+                          float, int, signed char*, Q8Blk*, const u8*, const u8*, float*, float*, float*, int, int,
+                          double, const u8*, float*);
+static const FfnKernel FFN_KERNELS[] = {ffn_cluster_3, ffn_cluster_ld_3, ffn_cluster_ld_4_16_3,
+                                        ffn_cluster_ld_4_8_3, ffn_cluster_ld_8_8_3, ffn_cluster_ld_2_4_3};
+static const char* FFN_NAMES[] = {"warp a row, bulk copies", "warp a row, loads", "4 / 16 lanes a row, loads",
+                                  "4 / 8 lanes a row, loads", "8 / 8 lanes a row, loads", "2 / 4 lanes a row, loads"};
+constexpr int NV_FFN = 6;
 
 // ------------------------------------------------------------------ host
 constexpr int D = 576, F = 1536, QKV = 960, LAYERS = 30;
@@ -221,7 +285,7 @@ struct Bufs {
     Q8Blk* od;
 };
 
-static void launch_cluster(cudaStream_t s, bool pdl, size_t smem, int load, const float* a, const float* b, float* sum,
+static void launch_cluster(cudaStream_t s, bool pdl, size_t smem, int variant, const float* a, const float* b, float* sum,
                            const float* nw, float* out, signed char* q, Q8Blk* ds, const u8* Wg, const u8* Wu,
                            float* gg, float* uu, float* aa, const u8* Wd, float* yd) {
     cudaLaunchConfig_t cfg = {};
@@ -243,7 +307,7 @@ static void launch_cluster(cudaStream_t s, bool pdl, size_t smem, int load, cons
     int g = D, nt = 256, mm = F, act = 0;
     float eps = 1e-5f;
     double c = 0.7978845608028654;
-    CK(cudaLaunchKernelEx(&cfg, load ? ffn_cluster_ld_3 : ffn_cluster_3, a, b, pw, bn, sum, nw, out, g, eps, nt, q,
+    CK(cudaLaunchKernelEx(&cfg, FFN_KERNELS[variant], a, b, pw, bn, sum, nw, out, g, eps, nt, q,
                           ds, Wg, Wu, gg, uu, aa, mm, act, c, Wd, yd));
 }
 
@@ -283,7 +347,7 @@ int main() {
     for (int i = 0; i < D; i++) x_init[i] = 0.01f * (float)((i * 37) % 101 - 50);
 
     size_t smem = (size_t)2 * (F / FFN_CS) * RB_D + (size_t)(D / FFN_CS) * RB_F + (size_t)F * 4 + F + (F / 32) * sizeof(Q8Blk);
-    for (auto k : {ffn_cluster_3, ffn_cluster_ld_3}) {
+    for (auto k : FFN_KERNELS) {
         CK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
@@ -336,8 +400,8 @@ int main() {
     };
 
     // 1. bitwise: 30 layers each way from the same start
-    std::vector<float> out[3][4];
-    for (int fused = 0; fused < 3; fused++) {
+    std::vector<float> out[NV_FFN + 1][4];
+    for (int fused = 0; fused <= NV_FFN; fused++) {
         CK(cudaMemcpy(B.x2, x_init.data(), D * 4, cudaMemcpyHostToDevice));
         CK(cudaMemset(B.ffn, 0, D * 4));
         cudaStream_t s;
@@ -353,26 +417,23 @@ int main() {
         CK(cudaStreamDestroy(s));
     }
     const char* names[4] = {"residual after 30 layers", "last ffn_out", "last act", "last ffn_norm"};
-    for (int v = 1; v < 3; v++) {
+    for (int v = 1; v <= NV_FFN; v++) {
         bool all = true;
         for (int i = 0; i < 4; i++) {
             bool same = memcmp(out[0][i].data(), out[v][i].data(), out[0][i].size() * 4) == 0;
             all = all && same;
             float mx = 0;
             for (float x : out[0][i]) mx = fmaxf(mx, fabsf(x));
-            printf("bitwise (%s): %-26s %s (max |v| %.3g)\n", v == 1 ? "bulk copies" : "loads", names[i],
-                   same ? "same" : "DIFFERENT", mx);
+            printf("bitwise (%s): %-26s %s (max |v| %.3g)\n", FFN_NAMES[v - 1], names[i], same ? "same" : "DIFFERENT", mx);
         }
-        printf("the cluster feed-forward (%s) is %s the three kernels'\n", v == 1 ? "bulk copies" : "loads",
-               all ? "bitwise" : "NOT bitwise");
+        printf("the cluster feed-forward (%s) is %s the three kernels'\n", FFN_NAMES[v - 1], all ? "bitwise" : "NOT bitwise");
     }
 
     // 2. timing: graphs of 30 layers with programmatic edges, alternating, 3 rounds
-    const char* vn[3] = {"three kernels", "cluster feed-forward, bulk copies", "cluster feed-forward, loads"};
     for (int round = 0; round < 3; round++) {
-        for (int fused = 0; fused < 3; fused++) {
+        for (int fused = 0; fused <= NV_FFN; fused++) {
             float us = time_graph(LAYERS, [&](cudaStream_t s, int i, bool capture) { layer(s, i % LAYERS, capture, fused); });
-            printf("round %d: %-36s %.2f us a layer\n", round, vn[fused], us);
+            printf("round %d: %-40s %.2f us a layer\n", round, fused ? FFN_NAMES[fused - 1] : "three kernels", us);
             if (fused) {
                 unsigned long long mk[8];
                 CK(cudaMemcpyFromSymbol(mk, ffn_marks, sizeof(mk)));
