@@ -16,7 +16,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{result, sys, CudaStream, DriverError};
+use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr, DriverError};
+
+use crate::cluster;
 
 /// An instantiated step graph that owns its graph and executable.
 pub(crate) struct StepGraph {
@@ -25,6 +27,9 @@ pub(crate) struct StepGraph {
     stream: Arc<CudaStream>,
     /// Edges made programmatic (for `LOCKSTEP_CUDA_STATS`).
     pub(crate) programmatic_edges: usize,
+    /// With the cluster decode step: its layer table, which the graph's kernel reads, and the
+    /// layers it runs.
+    cluster: Option<(CudaSlice<u64>, usize)>,
 }
 
 // SAFETY: a graph must not be used from two threads at once; it is reachable only through the
@@ -50,12 +55,15 @@ pub(crate) fn pdl_enabled() -> bool {
 }
 
 impl StepGraph {
-    /// Ends the capture on `stream` and instantiates it. With `ours` (the module our kernels
-    /// live in), every kernel-to-kernel edge into one of our kernels becomes programmatic.
+    /// Ends the capture on `stream` and instantiates it. With `cluster` (the cluster decode
+    /// step's kernel), a captured one-row decode step that [`cluster::plan`] accepts has its
+    /// layers' kernels replaced by that kernel. With `ours` (the module our kernels live in),
+    /// every kernel-to-kernel edge into one of our kernels becomes programmatic.
     /// `Ok(None)`: the capture recorded nothing.
     pub(crate) fn end_capture(
         stream: &Arc<CudaStream>,
         ours: Option<sys::CUmodule>,
+        cluster: Option<sys::CUfunction>,
     ) -> Result<Option<StepGraph>, DriverError> {
         stream.context().bind_to_thread()?;
         // SAFETY: the stream is valid and capturing (the caller began the capture).
@@ -63,6 +71,18 @@ impl StepGraph {
         if graph.is_null() {
             return Ok(None);
         }
+        let cluster = match cluster {
+            // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
+            Some(f) => match unsafe { cluster_rewrite(graph, f, stream) } {
+                Ok(c) => c,
+                Err(e) => {
+                    // SAFETY: destroyed once, on this error path only.
+                    let _ = unsafe { result::graph::destroy(graph) };
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let edges = match ours {
             // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
             Some(m) => match unsafe { make_programmatic(graph, m) } {
@@ -90,7 +110,13 @@ impl StepGraph {
             exec,
             stream: stream.clone(),
             programmatic_edges: edges,
+            cluster,
         }))
+    }
+
+    /// The layers the cluster decode step runs in this graph (0: none).
+    pub(crate) fn cluster_layers(&self) -> usize {
+        self.cluster.as_ref().map_or(0, |c| c.1)
     }
 
     pub(crate) fn launch(&self) -> Result<(), DriverError> {
@@ -299,4 +325,167 @@ unsafe fn kernel_node(
         name,
         blocks: p.gridDimX as u64 * p.gridDimY as u64 * p.gridDimZ as u64,
     }))
+}
+
+/// A kernel node's call as [`cluster::plan`] reads it: the function's name and, for the
+/// kernels it knows, the argument values the launch passed.
+///
+/// # Safety
+/// `node` must be a valid kernel node of a live graph.
+unsafe fn kernel_call(node: sys::CUgraphNode) -> Result<cluster::Call, DriverError> {
+    // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
+    let mut name = String::new();
+    if !p.func.is_null() {
+        let mut c: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: a valid function handle; the name is copied at once.
+        if unsafe { sys::cuFuncGetName(&mut c, p.func) }
+            .result()
+            .is_ok()
+            && !c.is_null()
+        {
+            name = unsafe { std::ffi::CStr::from_ptr(c) }
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    let mut args = Vec::new();
+    if let (Some(sig), false) = (cluster::signature(&name), p.kernelParams.is_null()) {
+        for (i, kind) in sig.iter().enumerate() {
+            // SAFETY: the node was launched with kernelParams, one pointer per argument of the
+            // kernel's signature (ours, in kernels.cu's order), each to a value of its size.
+            let at = unsafe { *p.kernelParams.add(i) };
+            if at.is_null() {
+                break;
+            }
+            args.push(unsafe {
+                match kind {
+                    cluster::Kind::P => cluster::Arg::P((at as *const u64).read_unaligned()),
+                    cluster::Kind::Z => cluster::Arg::Z((at as *const u64).read_unaligned()),
+                    cluster::Kind::I => cluster::Arg::I((at as *const i32).read_unaligned()),
+                    cluster::Kind::F => cluster::Arg::F((at as *const f32).read_unaligned()),
+                    cluster::Kind::D => cluster::Arg::D((at as *const f64).read_unaligned()),
+                }
+            });
+        }
+    }
+    Ok(cluster::Call { name, args })
+}
+
+/// Replaces the layers of a captured one-row decode step by one launch of the cluster decode
+/// step (`func`, kernels.cu `decode_layers_cluster`) when [`cluster::plan`] accepts the chain;
+/// returns the layer table the new node reads (uploaded on `stream`, before any launch of the
+/// graph) and the layer count, or `None` (the graph unchanged).
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn cluster_rewrite(
+    graph: sys::CUgraph,
+    func: sys::CUfunction,
+    stream: &Arc<CudaStream>,
+) -> Result<Option<(CudaSlice<u64>, usize)>, DriverError> {
+    // SAFETY: the caller's `graph` is valid.
+    let nodes = unsafe { graph_nodes(graph) }?;
+    let (from, to, _) = unsafe { graph_edges(graph) }?;
+    let index: std::collections::HashMap<sys::CUgraphNode, usize> =
+        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (f, t) in from.iter().zip(&to) {
+        if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
+            preds[t].push(f);
+        }
+    }
+    let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+    // Every node in chain order, as a call (other nodes by a name no kernel has, so a plan
+    // never spans one).
+    let mut calls = Vec::with_capacity(order.len());
+    let mut chain = Vec::with_capacity(order.len());
+    for i in order {
+        let node = nodes[i];
+        let mut ty = std::mem::MaybeUninit::<sys::CUgraphNodeType>::uninit();
+        // SAFETY: a node of `graph`, as the driver listed it.
+        unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }.result()?;
+        // SAFETY: initialized by the successful call above.
+        let call = if unsafe { ty.assume_init() } == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL
+        {
+            // SAFETY: a kernel node of `graph`.
+            unsafe { kernel_call(node) }?
+        } else {
+            cluster::Call {
+                name: "(not a kernel)".into(),
+                args: Vec::new(),
+            }
+        };
+        calls.push(call);
+        chain.push(node);
+    }
+    let Ok(plan) = cluster::plan(&calls) else {
+        return Ok(None);
+    };
+    let (Some(&before), Some(&after)) = (
+        plan.first.checked_sub(1).and_then(|i| chain.get(i)),
+        chain.get(plan.last + 1),
+    ) else {
+        return Ok(None);
+    };
+    let words: Vec<u64> = plan
+        .layers
+        .iter()
+        .flat_map(|l| {
+            [
+                l.wq,
+                l.wk,
+                l.wv,
+                l.wo,
+                l.wg,
+                l.wu,
+                l.wd,
+                l.attn_norm,
+                l.ffn_norm,
+                l.cs,
+                l.base,
+            ]
+        })
+        .collect();
+    let table = stream.clone_htod(&words)?;
+    let mut args = plan.args;
+    args.layers = table.device_ptr(stream).0;
+    let mut argv: [*mut std::ffi::c_void; 1] = [(&mut args as *mut cluster::ClusterArgs).cast()];
+    // SAFETY: zero is a valid bit pattern for the parameters; the fields that matter are set.
+    let mut kp: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    kp.func = func;
+    kp.gridDimX = cluster::BLOCKS;
+    kp.gridDimY = 1;
+    kp.gridDimZ = 1;
+    kp.blockDimX = cluster::THREADS;
+    kp.blockDimY = 1;
+    kp.blockDimZ = 1;
+    kp.sharedMemBytes = cluster::SMEM_BYTES;
+    kp.kernelParams = argv.as_mut_ptr();
+    let mut node: sys::CUgraphNode = std::ptr::null_mut();
+    // SAFETY: `graph` and `before` are valid; the driver copies the parameters (the one
+    // argument, `args`, lives until the call returns).
+    unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, &before, 1, &kp) }.result()?;
+    // SAFETY: plain data; the cluster dimension is the one field the attribute reads.
+    let mut v: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    v.clusterDim.x = cluster::BLOCKS;
+    v.clusterDim.y = 1;
+    v.clusterDim.z = 1;
+    unsafe {
+        sys::cuGraphKernelNodeSetAttribute(
+            node,
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            &v,
+        )
+    }
+    .result()?;
+    for &n in &chain[plan.first..=plan.last] {
+        // SAFETY: nodes of `graph`, each destroyed once (with its edges).
+        unsafe { sys::cuGraphDestroyNode(n) }.result()?;
+    }
+    // SAFETY: zero is the default edge.
+    let plain: sys::CUgraphEdgeData = unsafe { std::mem::zeroed() };
+    unsafe { sys::cuGraphAddDependencies_v2(graph, &node, &after, &plain, 1) }.result()?;
+    Ok(Some((table, plan.layers.len())))
 }

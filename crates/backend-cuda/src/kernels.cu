@@ -4434,3 +4434,599 @@ extern "C" __global__ void __launch_bounds__(1024)
         o[1 + NUC_CAP + i] = __float_as_uint(xr[id]);
     }
 }
+
+// ============================================================================================
+// THE CLUSTER DECODE STEP (session 36, `decode_layers_cluster`): every layer of a replayed
+// one-row decode step of a llama-shaped model of SmolLM2-135M's dimensions (rows of 576, 9
+// query heads and 3 KV heads of 64, a feed-forward of 1536, Q4_1 weights, an f32 cache), as one
+// kernel on one cluster of 16 blocks of 512 threads, in place of the six kernels a layer of the
+// step graph runs (norm_mmv3_fast1_3 or rms_norm and mmv3_fast1_3, attention_decode_rope_64,
+// mmv_fast1_3, norm_gate_up_fast1_3, quantize_q8_32, mmv_fast1_3), with their arithmetic bit
+// for bit: graph_exec::cluster_rewrite replaces those nodes of a captured step by this one, and
+// check's replayed-vs-tapped invariance holds every replay to the eager kernels' logits.
+//
+// A layer, in phases (bench/cluster_lab/step_cluster.cu is the lab it comes from):
+//   A (every block) the residual add and the attention norm, norm_row_shared's arithmetic (the
+//     first plan::norm_threads(576) = 256 threads, norm_regs_w, q8_block) on rows in shared
+//     memory (layer 0: rms_norm's, no add);
+//   B (blocks 0-8, a query head each) the head's q rows and its group's k and v rows;
+//   C (blocks 0-8) attention_decode_body<64, true>'s arithmetic for that head, the block serving
+//     a group's first head writing the K/V cache row; the head's output quantized (q8_block) and
+//     sent to every block;
+//   D 36 o rows a block, sent to every block; E the residual add and the feed-forward norm, 96
+//     gate and 96 up rows, the activation, quantized by its block and sent; F 36 down rows, sent.
+// A row of a mat-vec is fast_rows' row: its 32 lanes played by 4 or 8 lanes (cl_rows: each
+// played lane folds its units in fast_rows' order, and warp_sum_fixed's butterfly pairs played
+// lanes inside a thread where i ^ o keeps i mod the group size), so every value is bitwise the
+// op-by-op kernels' (bench/cluster_lab/ffn_cluster.cu, step_cluster.cu: 30 layers bitwise).
+// Exchanges are one-way: st.async stores into every block's shared memory, each completing on
+// the receiver's mbarrier, which waits for the bytes it expects. Each block's weights for a
+// phase are bulk-copied into shared memory a layer ahead (slots); an attention block stages its
+// head's earlier K/V rows (cp.async) in the gate/up slot between the gate/up phase of the layer
+// before and its attention.
+// ============================================================================================
+// Clusters, bulk copies and st.async are sm_90's: elsewhere the module has no such kernel and
+// the host keeps the captured graphs.
+#if !defined(LOCKSTEP_KV_F16) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define CL_D 576
+#define CL_NH 9
+#define CL_NKV 3
+#define CL_HD 64
+#define CL_F 1536
+#define CL_CS 16
+#define CL_THREADS 512
+#define CL_WARPS (CL_THREADS / 32)
+#define CL_GQ (CL_NH / CL_NKV)
+#define CL_KV_DIM (CL_NKV * CL_HD)
+#define CL_RB_D (CL_D / 32 * 20)
+#define CL_RB_F (CL_F / 32 * 20)
+#define CL_RO (CL_D / CL_CS)
+#define CL_RF (CL_F / CL_CS)
+#define CL_RDN (CL_D / CL_CS)
+#define CL_NORM_BYTES (CL_D * 4)
+// slot 0: the attention norm and (attention blocks) the q/k/v rows, refilled once q/k/v is
+// done; slot 1: the o rows; slot 2: the feed-forward norm and the gate/up rows (and an attention
+// block's staged K/V rows); slot 3: the down rows
+#define CL_S0 (CL_NORM_BYTES + 3 * CL_HD * CL_RB_D)
+#define CL_S1 (CL_RO * CL_RB_D)
+#define CL_S2 (CL_NORM_BYTES + 2 * CL_RF * CL_RB_D)
+#define CL_S3 (CL_RDN * CL_RB_F)
+#define CL_OFF1 CL_S0
+#define CL_OFF2 (CL_S0 + CL_S1)
+#define CL_OFF3 (CL_S0 + CL_S1 + CL_S2)
+#define CL_SLOT_BYTES (CL_S0 + CL_S1 + CL_S2 + CL_S3)
+// The most layers (cluster::MAX_LAYERS): their table is copied into shared memory, so no phase
+// waits on a global load to find its next weights.
+#define CL_MAX_LAYERS 32
+
+// A layer's tensors as the step's kernels read them (host: graph_exec::ClusterLayer).
+struct ClusterLayer {
+    const u8* wq;
+    const u8* wk;
+    const u8* wv;
+    const u8* wo;
+    const u8* wg;
+    const u8* wu;
+    const u8* wd;
+    const float* attn_norm;
+    const float* ffn_norm;
+    const double* cs;    // the step's rope table (its one row's pairs)
+    unsigned long long base;  // the layer's first cache row
+};
+
+// The kernel's one argument (host: graph_exec::ClusterArgs).
+struct ClusterStep {
+    const ClusterLayer* layers;
+    int n_layers;
+    int half;   // rope pairs
+    int style;  // rope_elem's style
+    float eps;
+    float scale;
+    int act;       // act_apply's activation and constant
+    double cgelu;
+    kv_t* kc;
+    kv_t* vc;
+    const u32* slots;
+    const int* info;  // attention_decode's row table (ROW_INFO)
+    const u8* mask;
+    const u32* new_slots;
+    const float* x_in;  // layer 0's input: the embedding
+    float* x_out;       // the last layer's residual after its attention (ffn_inp)
+    float* ffn_out;     // the last layer's down projection
+};
+
+struct __align__(16) ClusterVecs {
+    float xa[CL_D];       // the residual entering a layer
+    float x1[CL_D];       // after the attention's residual add
+    float down_in[CL_D];  // the down projection's output (received)
+    float o_in[CL_D];     // the o projection's output (received)
+    float qkv[3 * CL_HD];  // an attention block's q head, its group's k and v
+    float stage[CL_RF];   // a block's rows before they are sent
+    float s_a[16 * CL_HD];  // attention: the scores' two parts, then the key groups' sums
+    float s_p[ATT_D_MAX_KEYS];
+    float s_q[CL_HD];
+    float s_knew[CL_HD];
+    double s_cs[CL_HD];
+    u32 s_slot[ATT_D_MAX_KEYS];
+    unsigned char s_vis[ATT_D_MAX_KEYS];
+    __align__(16) signed char nq[CL_D];    // the normed row, quantized
+    __align__(16) signed char aq[CL_F];    // the activation, quantized (received)
+    __align__(16) signed char attq[CL_D];  // the attention output, quantized (received)
+    __align__(16) signed char att_q8[CL_HD];
+    __align__(16) signed char act_q8[CL_RF];
+    __align__(16) Q8Blk nd[CL_D / 32];
+    __align__(16) Q8Blk ad[CL_F / 32];
+    __align__(16) Q8Blk attd[CL_D / 32];
+    __align__(16) Q8Blk att_d8[2];
+    __align__(16) Q8Blk act_d8[CL_RF / 32];
+    float s_sum;
+};
+
+// cluster::VEC_BYTES: the host's room for the vectors.
+static_assert(sizeof(ClusterVecs) <= 24 * 1024, "cluster::VEC_BYTES");
+
+__device__ __forceinline__ unsigned cl_smem(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void cl_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+}
+__device__ __forceinline__ void cl_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// Weights (written only at upload) into this block's shared memory, on its barrier.
+__device__ __forceinline__ void cl_bulk(unsigned bar, void* dst, const void* src, int bytes) {
+#pragma unroll 1
+    for (int o = 0; o < bytes; o += 16384) {
+        int n = bytes - o < 16384 ? bytes - o : 16384;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                cl_smem((u8*)dst + o)),
+            "l"((const u8*)src + o), "r"(n), "r"(bar)
+            : "memory");
+    }
+}
+// 16 (or 8) bytes into block `to`'s shared memory at `dst`, completing on its barrier `bar`.
+__device__ __forceinline__ void cl_send16(const void* dst, const void* bar, int to, uint4 v) {
+    unsigned raddr, rbar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(raddr) : "r"(cl_smem(dst)), "r"(to));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(cl_smem(bar)), "r"(to));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+            raddr),
+        "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(rbar)
+        : "memory");
+}
+__device__ __forceinline__ void cl_send8(const void* dst, const void* bar, int to, unsigned a, unsigned b) {
+    unsigned raddr, rbar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(raddr) : "r"(cl_smem(dst)), "r"(to));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rbar) : "r"(cl_smem(bar)), "r"(to));
+    asm volatile(
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(raddr),
+        "r"(a), "r"(b), "r"(rbar)
+        : "memory");
+}
+
+// A Q4_1 unit of fast_rows from shared memory (FastUnit<T_Q4_1>::load reads global memory).
+__device__ __forceinline__ void cl_unit(FastUnit<T_Q4_1>& w, const u8* row, int u) {
+    const u8* b = row + (size_t)u * 20;
+    w.d = h2f(*(const u16*)b);
+    w.m = h2f(*(const u16*)(b + 2));
+#pragma unroll
+    for (int i = 0; i < 4; i++) w.q[i] = *(const int*)(b + 4 + 4 * i);
+}
+
+// One row (and, PAIR, the same row of a second weight) of fast_rows<T_Q4_1, 1, ...>, its 32 lanes
+// played by the group of LPR lanes this lane is lane p of: played lane p + LPR * k folds units
+// p + LPR * k, + 32, ... from 0.0f (fast_rows' lane), then warp_sum_fixed's butterfly, its steps
+// o >= LPR inside the thread (lane i and i ^ o are one thread's: i mod LPR is kept; each pair's
+// sum is the same bits whichever operand comes first), the rest as shuffles in the group.
+template <int LPR, bool PAIR>
+__device__ __forceinline__ void cl_row(const u8* wa, const u8* wb, const signed char* xq,
+                                       const Q8Blk* xd, int units, int p, float& v, float& uv) {
+    constexpr int K = 32 / LPR;
+    float a[K], b[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        a[k] = 0.0f;
+        b[k] = 0.0f;
+        for (int u = p + LPR * k; u < units; u += 32) {
+            FastUnit<T_Q4_1> w;
+            cl_unit(w, wa, u);
+            a[k] = w.dot(xq, xd, u, a[k]);
+            if constexpr (PAIR) {
+                FastUnit<T_Q4_1> w2;
+                cl_unit(w2, wb, u);
+                b[k] = w2.dot(xq, xd, u, b[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int s = K / 2; s > 0; s >>= 1) {
+        float ta[K], tb[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            ta[k] = a[k] + a[k ^ s];
+            if constexpr (PAIR) tb[k] = b[k] + b[k ^ s];
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            a[k] = ta[k];
+            if constexpr (PAIR) b[k] = tb[k];
+        }
+    }
+    v = a[0];
+    uv = b[0];
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) {
+        v = v + __shfl_xor_sync(0xffffffffu, v, o);
+        if constexpr (PAIR) uv = uv + __shfl_xor_sync(0xffffffffu, uv, o);
+    }
+}
+
+// Rows [0, n) of a weight slot, LPR lanes a row; f(row, value) on each group's first lane.
+template <int LPR, typename Fn>
+__device__ __forceinline__ void cl_rows(const u8* W, int row_bytes, int n, int units,
+                                        const signed char* xq, const Q8Blk* xd, Fn f) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, p = lane % LPR;
+    constexpr int RPW = 32 / LPR;
+    for (int j0 = warp * RPW; j0 < n; j0 += CL_WARPS * RPW) {
+        int j = j0 + lane / LPR;
+        int jr = j < n ? j : n - 1;  // whole warps shuffle
+        float v, unused;
+        cl_row<LPR, false>(W + (size_t)jr * row_bytes, nullptr, xq, xd, units, p, v, unused);
+        if (j < n && p == 0) f(j, v);
+    }
+}
+
+// norm_row_shared's arithmetic (no post norm) on rows in shared memory: sum = a + b (or a alone,
+// rms_norm's, when b is null), its RMS norm on the first 256 threads, quantized into sq / sd.
+__device__ __forceinline__ void cl_norm(const float* a, const float* b, float* sum, const float* w,
+                                        float eps, signed char* sq, Q8Blk* sd) {
+    constexpr int NV = NORM_FUSED_NV, nt = 256, g = CL_D;
+    static_assert(NV * nt >= g, "plan::norm_threads(576) threads hold the row");
+    int t = threadIdx.x;
+    float av[NV], r[NV], wv[NV];
+    norm_weights<NV, true>(w, g, nt, wv);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        bool in = t < nt && t + i * nt < g;
+        av[i] = in ? a[t + i * nt] : 0.0f;
+        if (b != nullptr) av[i] = av[i] + (in ? b[t + i * nt] : 0.0f);
+        if (in) sum[t + i * nt] = av[i];
+    }
+    norm_regs_w<NV, true>(av, wv, nullptr, g, eps, sq, sd, 0, r, nt, nullptr, nullptr);
+    __syncthreads();
+}
+
+// The block's n floats (stage) to every block's dst[base, base + n), on their barrier `bar`.
+__device__ __forceinline__ void cl_push(const float* stage, float* dst, int base, int n,
+                                        unsigned long long* bar) {
+    __syncthreads();
+    const int q = n / 4;
+    for (int t = threadIdx.x; t < q * CL_CS; t += CL_THREADS) {
+        int to = t / q, i = t % q;
+        cl_send16(dst + base + 4 * i, bar, to, reinterpret_cast<const uint4*>(stage)[i]);
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluster(ClusterStep A) {
+    extern __shared__ __align__(128) u8 cl_dyn[];
+    u8* slots = cl_dyn;
+    ClusterVecs& s = *reinterpret_cast<ClusterVecs*>(cl_dyn + CL_SLOT_BYTES);
+    // 0-3: the weight slots; 4: attention, 5: o, 6: activation, 7: down
+    __shared__ __align__(8) unsigned long long bars[8];
+    __shared__ ClusterLayer layers[CL_MAX_LAYERS];
+    unsigned rank, dyn;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < CL_SLOT_BYTES + sizeof(ClusterVecs) || blockDim.x != CL_THREADS || A.n_layers > CL_MAX_LAYERS)
+        __trap();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    // Blocks 0-8 serve the query heads: block (kh, h0) the head attention_decode's block
+    // (kh, h0) serves (hpb = 1); h0 == 0 writes the group's cache row.
+    const bool attn = rank < CL_NH;
+    const int kh = (int)rank / CL_GQ, h0 = (int)rank % CL_GQ;
+    const int h = att_query_head(kh, h0, CL_GQ, CL_NKV);
+    const bool leader = attn && h0 == 0;
+    auto bar = [&](int i) { return cl_smem(&bars[i]); };
+    auto issue = [&](int l, int p) {
+        if (tid != 0) return;
+        // the block's reads of the slot (generic proxy) before the copy's writes (async proxy)
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        const ClusterLayer& L = layers[l];
+        unsigned b = bar(p);
+        if (p == 0) {
+            cl_expect(b, CL_NORM_BYTES + (attn ? 3 * CL_HD * CL_RB_D : 0));
+            cl_bulk(b, slots, L.attn_norm, CL_NORM_BYTES);
+            if (attn) {
+                u8* d = slots + CL_NORM_BYTES;
+                cl_bulk(b, d, L.wq + (size_t)h * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
+                cl_bulk(b, d + CL_HD * CL_RB_D, L.wk + (size_t)kh * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
+                cl_bulk(b, d + 2 * CL_HD * CL_RB_D, L.wv + (size_t)kh * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
+            }
+        } else if (p == 1) {
+            cl_expect(b, CL_S1);
+            cl_bulk(b, slots + CL_OFF1, L.wo + (size_t)rank * CL_RO * CL_RB_D, CL_S1);
+        } else if (p == 2) {
+            cl_expect(b, CL_S2);
+            cl_bulk(b, slots + CL_OFF2, L.ffn_norm, CL_NORM_BYTES);
+            cl_bulk(b, slots + CL_OFF2 + CL_NORM_BYTES, L.wg + (size_t)rank * CL_RF * CL_RB_D, CL_RF * CL_RB_D);
+            cl_bulk(b, slots + CL_OFF2 + CL_NORM_BYTES + CL_RF * CL_RB_D, L.wu + (size_t)rank * CL_RF * CL_RB_D,
+                    CL_RF * CL_RB_D);
+        } else {
+            cl_expect(b, CL_S3);
+            cl_bulk(b, slots + CL_OFF3, L.wd + (size_t)rank * CL_RDN * CL_RB_F, CL_S3);
+        }
+    };
+    auto receive = [&](int i, unsigned bytes, unsigned parity) {
+        if (tid == 0) cl_expect(bar(i), bytes);
+        cl_wait(bar(i), parity);
+    };
+    float* kst = reinterpret_cast<float*>(slots + CL_OFF2);  // staged K rows, then V rows
+    float* vst = kst + ATT_D_MAX_KEYS * CL_HD;
+    if (tid == 0) {
+        for (int p = 0; p < 8; p++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(p)));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // The layer table (written when the graph was built: read before the wait)
+#pragma unroll 1
+    for (int i = tid; i < A.n_layers * (int)(sizeof(ClusterLayer) / 8); i += CL_THREADS)
+        reinterpret_cast<unsigned long long*>(layers)[i] = reinterpret_cast<const unsigned long long*>(A.layers)[i];
+    __syncthreads();
+    // Layer 0's weights before the grid wait (weights are written only at upload); an
+    // attention block's gate/up slot waits for its staged K/V rows to be read.
+    for (int p = 0; p < 4; p++)
+        if (p != 2 || !attn) issue(0, p);
+    GRID_WAIT();
+    // The step's row: attention_decode's table (one row, no window: the host's rewrite checks).
+    const int soff = A.info[0], n_kv = A.info[1], pos = A.info[2], moff = A.info[4];
+    const int n = min(pos, n_kv - 1) + 1;
+    if (n > ATT_D_MAX_KEYS || n < 1) __trap();  // the step graph's key keeps short contexts here
+    for (int i = tid; i < CL_D; i += CL_THREADS) s.xa[i] = A.x_in[i];
+    if (attn) {
+        for (int x = tid; x < 2 * A.half; x += CL_THREADS) s.s_cs[x] = layers[0].cs[x];
+        for (int j = tid; j < n; j += CL_THREADS) {
+            s.s_slot[j] = A.slots[soff + j];
+            s.s_vis[j] = moff < 0 || A.mask[moff + j];
+        }
+    }
+    const u32 own_slot = A.new_slots[0];
+    // every block's barriers are initialized (and its rows loaded) before anyone sends
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    // An attention block's earlier keys' K and V rows of layer l (written by earlier steps)
+    // into slot 2, by cp.async, a row a 16 threads.
+    auto stage_kv = [&](int l) {
+        const size_t base = att_layer_base(layers[l].base);
+        const int per = min(n, pos) * (CL_HD / 4);  // keys before the row's own
+        for (int x = tid; x < 2 * per; x += CL_THREADS) {
+            bool isv = x >= per;
+            int rem = isv ? x - per : x, j = rem >> 4, c = rem & 15;
+            if (!s.s_vis[j]) continue;
+            const kv_t* src = (isv ? A.vc : A.kc) + (base + s.s_slot[j]) * CL_KV_DIM + (size_t)kh * CL_HD + 4 * c;
+            float* dst = (isv ? vst : kst) + (size_t)j * CL_HD + 4 * c;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cl_smem(dst)), "l"(src) : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (attn) stage_kv(0);
+
+    for (int l = 0; l < A.n_layers; l++) {
+        const unsigned par = l & 1;
+        const bool more = l + 1 < A.n_layers;
+        const float* attn_norm = reinterpret_cast<const float*>(slots);
+        const float* ffn_norm = reinterpret_cast<const float*>(slots + CL_OFF2);
+        // ---- A: the residual add and the attention norm (layer 0: rms_norm of the embedding)
+        cl_wait(bar(0), par);
+        if (l > 0) receive(7, CL_D * 4, par ^ 1);
+        cl_norm(s.xa, l > 0 ? s.down_in : nullptr, s.x1, attn_norm, A.eps, s.nq, s.nd);
+        // The timeline build's marks (the last layer's phases, block 0): 10 the attention norm,
+        // 11 q/k/v and the staged rows, 12 the attention sent, 13 o sent, 14 the activation
+        // sent, 15 down done.
+        TL_MARK(10);
+        if (!attn && more) issue(l + 1, 0);  // slot 0 is read
+        if (attn) {
+            // ---- B: the head's q rows, its group's k and v rows
+            cl_rows<4>(slots + CL_NORM_BYTES, CL_RB_D, 3 * CL_HD, CL_D / 32, s.nq, s.nd,
+                       [&](int j, float v) { s.qkv[j] = v; });
+            // ---- C: attention_decode_body<64, true>'s arithmetic for head h (hpb 1)
+            constexpr int P = 2, PART = CL_HD / P, C4 = CL_HD / 4, KG = 256 / C4, KPT = ATT_D_MAX_KEYS / KG;
+            // the cache rows are read at att_layer_base(base) and written at base, as
+            // attention_decode_rope_<64> reads and writes them
+            const size_t store_base = layers[l].base;
+            const int kj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
+            const bool at = tid < 256;  // attention_decode_<64>'s block is 256 threads
+            const bool kin = at && kj < n && s.s_vis[kj];
+            const int vc4 = tid % C4, vkg = tid / C4;
+            float4 kv[PART / 4], vv[KPT];
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncthreads();  // the q/k/v rows and every thread's staged K/V rows are in
+            TL_MARK(11);
+            if (more) issue(l + 1, 0);  // slot 0 is read
+            if (kin && kj < pos) {
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(kst + (size_t)kj * CL_HD + hf * PART))[c];
+            }
+#pragma unroll
+            for (int r = 0; r < KPT; r++) {
+                int jj = vkg + r * KG;
+                vv[r] = float4{0.f, 0.f, 0.f, 0.f};
+                if (at && jj < n && s.s_vis[jj]) {
+                    if (jj < pos) vv[r] = *(const float4*)(vst + (size_t)jj * CL_HD + 4 * vc4);
+                    else vv[r] = *(const float4*)(s.qkv + 2 * CL_HD + 4 * vc4);  // the row's own value
+                }
+            }
+            // rope_store's work: the q head (0) and the k head (1), rotated by rope_elem
+            {
+                size_t dst = (store_base + own_slot) * CL_KV_DIM + (size_t)kh * CL_HD;
+                for (int x = tid; x < 2 * CL_HD; x += CL_THREADS) {
+                    int i = x / CL_HD, d = x - i * CL_HD;
+                    float rv = rope_elem(s.qkv + i * CL_HD, s.s_cs, d, A.half, A.style);
+                    if (i == 0) {
+                        s.s_q[d] = rv;
+                    } else {
+                        s.s_knew[d] = rv;
+                        if (leader) A.kc[dst + d] = kv_of(rv);
+                    }
+                }
+                if (leader && tid < CL_HD) A.vc[dst + tid] = kv_of(s.qkv[2 * CL_HD + tid]);
+            }
+            __syncthreads();
+            if (kin && kj >= pos) {
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s.s_knew + hf * PART))[c];
+            }
+            if (kin) {
+                const float4* qr = (const float4*)(s.s_q + hf * PART);
+                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) {
+                    float4 qq = qr[c], kk = kv[c];
+                    a0 += qq.x * kk.x;
+                    a1 += qq.y * kk.y;
+                    a2 += qq.z * kk.z;
+                    a3 += qq.w * kk.w;
+                }
+                s.s_a[hf * ATT_D_MAX_KEYS + kj] = (a0 + a1) + (a2 + a3);
+            }
+            __syncthreads();
+            if (warp == 0) {
+                const float NEG_INF = __int_as_float(0xff800000);
+                float sc[ATT_D_MAX_KEYS / 32];
+                float m = NEG_INF;
+#pragma unroll
+                for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+                    int jj = lane + 32 * t;
+                    float v = NEG_INF;
+                    if (jj < n && s.s_vis[jj]) {
+                        float dot = s.s_a[jj];
+                        dot += s.s_a[ATT_D_MAX_KEYS + jj];
+                        v = att_score_path(dot * A.scale, moff);
+                    }
+                    sc[t] = v;
+                    m = fmaxf(m, v);
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                float lsum = 0.f;
+#pragma unroll
+                for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+                    float p = sc[t] == NEG_INF ? 0.f : expf(sc[t] - m);
+                    s.s_p[lane + 32 * t] = p;
+                    lsum += p;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+                if (lane == 0) s.s_sum = lsum;
+            }
+            __syncthreads();
+            if (at) {
+                float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int r = 0; r < KPT; r++) {
+                    int jj = vkg + r * KG;
+                    float p = jj < n ? s.s_p[jj] : 0.f;
+                    float4 vf = vv[r];
+                    a.x += p * vf.x;
+                    a.y += p * vf.y;
+                    a.z += p * vf.z;
+                    a.w += p * vf.w;
+                }
+                *(float4*)(s.s_a + (size_t)vkg * CL_HD + 4 * vc4) = a;
+            }
+            __syncthreads();
+            if (tid < CL_HD) {
+                float a = 0.f;
+                for (int gi = 0; gi < KG; gi++) a += s.s_a[(size_t)gi * CL_HD + tid];
+                float lsum = s.s_sum;
+                float v = lsum > 0.f ? a / lsum : 0.f;
+                q8_block(v, s.att_q8, s.att_d8, (size_t)(tid >> 5));
+            }
+            __syncthreads();
+            // the head's 64 quantized values and 2 scales to every block
+            for (int t = tid; t < 5 * CL_CS; t += CL_THREADS) {
+                int to = t / 5, i = t % 5;
+                if (i < 4)
+                    cl_send16(s.attq + h * CL_HD + 16 * i, &bars[4], to, reinterpret_cast<const uint4*>(s.att_q8)[i]);
+                else
+                    cl_send16(s.attd + 2 * h, &bars[4], to, *reinterpret_cast<const uint4*>(s.att_d8));
+            }
+            __syncthreads();
+            TL_MARK(12);
+            issue(l, 2);  // the staged rows are read: the slot takes the layer's gate/up
+        }
+        // ---- D: o rows
+        receive(4, CL_NH * (CL_HD + 2 * (int)sizeof(Q8Blk)), par);
+        cl_wait(bar(1), par);
+        cl_rows<8>(slots + CL_OFF1, CL_RB_D, CL_RO, CL_D / 32, s.attq, s.attd,
+                   [&](int j, float v) { s.stage[j] = v; });
+        cl_push(s.stage, s.o_in, rank * CL_RO, CL_RO, &bars[5]);
+        TL_MARK(13);
+        if (more) issue(l + 1, 1);
+        // ---- E: the residual add, the feed-forward norm, gate/up and the activation
+        receive(5, CL_D * 4, par);
+        cl_wait(bar(2), par);
+        cl_norm(s.x1, s.o_in, s.xa, ffn_norm, A.eps, s.nq, s.nd);
+        if (!more && rank == 0)  // the last layer's ffn_inp goes out
+            for (int i = tid; i < CL_D; i += CL_THREADS) A.x_out[i] = s.xa[i];
+        {
+            const int p = lane % 4;
+            const u8* W = slots + CL_OFF2 + CL_NORM_BYTES;
+            for (int j0 = warp * 8; j0 < CL_RF; j0 += CL_WARPS * 8) {
+                int j = j0 + lane / 4, jr = j < CL_RF ? j : CL_RF - 1;
+                float gv, uv;
+                cl_row<4, true>(W + (size_t)jr * CL_RB_D, W + (size_t)(CL_RF + jr) * CL_RB_D, s.nq, s.nd,
+                                CL_D / 32, p, gv, uv);
+                // act_mul's operations, as fast_rows applies them
+                float a = act_apply(gv, uv, A.act, A.cgelu);
+                if (j < CL_RF && p == 0) s.stage[j] = a;
+            }
+        }
+        // quantize_q8_32's q8_block on the block's three whole 32-value blocks, then 6 x 16
+        // bytes of values and 3 x 8 bytes of scales to every block
+        __syncthreads();
+        if (warp < CL_RF / 32) q8_block(s.stage[warp * 32 + lane], s.act_q8, s.act_d8, (size_t)warp);
+        __syncthreads();
+        for (int t = tid; t < 9 * CL_CS; t += CL_THREADS) {
+            int to = t / 9, i = t % 9;
+            if (i < 6) {
+                cl_send16(s.aq + rank * CL_RF + 16 * i, &bars[6], to, reinterpret_cast<const uint4*>(s.act_q8)[i]);
+            } else {
+                const Q8Blk& q = s.act_d8[i - 6];
+                cl_send8(s.ad + rank * (CL_RF / 32) + (i - 6), &bars[6], to, __float_as_uint(q.d), (unsigned)q.s);
+            }
+        }
+        __syncthreads();
+        TL_MARK(14);
+        if (more) {
+            // slot 2 is read: an attention block stages the next layer's K/V rows there, the
+            // others take the next layer's feed-forward norm and gate/up rows
+            if (attn) stage_kv(l + 1);
+            else issue(l + 1, 2);
+        }
+        // ---- F: down rows
+        receive(6, CL_F + CL_F / 32 * (int)sizeof(Q8Blk), par);
+        cl_wait(bar(3), par);
+        cl_rows<8>(slots + CL_OFF3, CL_RB_F, CL_RDN, CL_F / 32, s.aq, s.ad, [&](int j, float v) {
+            s.stage[j] = v;
+            if (!more) A.ffn_out[rank * CL_RDN + j] = v;
+        });
+        if (more) {
+            cl_push(s.stage, s.down_in, rank * CL_RDN, CL_RDN, &bars[7]);
+            issue(l + 1, 3);
+        }
+        TL_MARK(15);
+    }
+    // no block leaves while another may still send into it
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#endif  // !LOCKSTEP_KV_F16 && sm_90

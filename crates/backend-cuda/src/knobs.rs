@@ -30,6 +30,7 @@
 //! | `KV=f16` (kernel define + cache) | the KV cache in f32 | fast numerics' cache in f16 (kernels.cu `kv_t`; other rounding, half the memory) |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
+//! | `CLUSTER_STEP=0` (cluster.rs, graph_exec.rs) | a replayed SmolLM2-shaped decode step's layers as one cluster kernel | the captured kernels |
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
 //! | `TOPK=host` | logits reduced on the device | on the host |
 //! | `BATCH_UPLOADS=0` | a replay's tables in one copy | a copy each |

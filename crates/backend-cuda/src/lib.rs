@@ -37,6 +37,7 @@ use lockstep_graph::{
 };
 
 pub mod audit;
+pub mod cluster;
 pub mod compile;
 mod graph_exec;
 mod knobs;
@@ -256,6 +257,9 @@ pub struct CudaKvCache {
 }
 
 struct Kernels {
+    /// The cluster decode step (`cluster`), where the module has it (an f32 cache) and the
+    /// device takes its cluster and shared memory.
+    decode_layers_cluster: Option<CudaFunction>,
     /// Per weight type (GGUF id): the decode (one row) and prefill (tiles of 8) matmuls.
     matmul: Vec<(i32, CudaFunction, CudaFunction)>,
     /// Per weight type: the fused gate/up/activation, decode and prefill.
@@ -569,6 +573,8 @@ struct Steps {
     pub failed: usize,
     /// Kernel-to-kernel edges made programmatic in the captured graphs.
     pub programmatic_edges: usize,
+    /// Captured graphs whose layers run as the cluster decode step.
+    pub cluster_graphs: usize,
 }
 
 /// Attention's score buffers, grown on demand.
@@ -704,11 +710,12 @@ impl Drop for CudaBackend {
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
-                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges{}",
+                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step{}",
                 st.captures,
                 st.replays,
                 st.failed,
                 st.programmatic_edges,
+                st.cluster_graphs,
                 if st.enabled {
                     ""
                 } else {
@@ -971,6 +978,7 @@ impl CudaBackend {
                 f("attention_decode_rope_128")?,
             ],
             attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
+            decode_layers_cluster: cluster_kernel(module.load_function("decode_layers_cluster").ok()),
             n_sms: ctx
                 .attribute(
                     cudarc::driver::sys::CUdevice_attribute_enum::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
@@ -1077,6 +1085,7 @@ impl CudaBackend {
                 captures: 0,
                 failed: 0,
                 programmatic_edges: 0,
+                cluster_graphs: 0,
             }),
             scores: RefCell::new(None),
             pinned: RefCell::new(None),
@@ -3048,8 +3057,17 @@ impl Backend for CudaBackend {
                 let mut st = self.steps.borrow_mut();
                 st.mode = Mode::Eager;
                 let store = st.current.take();
-                let graph =
-                    graph_exec::StepGraph::end_capture(&self.stream, self.programmatic_module());
+                let cluster = self
+                    .k
+                    .decode_layers_cluster
+                    .as_ref()
+                    .filter(|_| cluster::enabled())
+                    .map(|f| f.cu_function());
+                let graph = graph_exec::StepGraph::end_capture(
+                    &self.stream,
+                    self.programmatic_module(),
+                    cluster,
+                );
                 match (graph, st.broken.take(), store) {
                     (Ok(Some(graph)), None, Some(store)) => {
                         let timeline = self.timeline.as_ref().and_then(|t| {
@@ -3064,6 +3082,7 @@ impl Backend for CudaBackend {
                         let h = self.logits_out(&logits, out)?;
                         st.captures += 1;
                         st.programmatic_edges += graph.programmatic_edges;
+                        st.cluster_graphs += usize::from(graph.cluster_layers() > 0);
                         st.graphs.insert(
                             store.key,
                             Captured {
@@ -4618,6 +4637,44 @@ fn attention_smem_optin(ctx: &CudaContext, funcs: &[&CudaFunction]) -> usize {
     } else {
         plan::ATT_TILE_SMEM
     }
+}
+
+/// The cluster decode step's kernel, ready to launch: its shared memory and non-portable
+/// cluster size opted in, and one cluster of its shape schedulable on this device (`None` where
+/// the module lacks it or the device refuses any of these: the captured graphs are kept).
+fn cluster_kernel(f: Option<CudaFunction>) -> Option<CudaFunction> {
+    use cudarc::driver::sys;
+    use cudarc::driver::sys::CUfunction_attribute_enum as F;
+    let f = f?;
+    let smem = i32::try_from(cluster::SMEM_BYTES).ok()?;
+    f.set_attribute(F::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        .ok()?;
+    f.set_attribute(F::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        .ok()?;
+    // SAFETY: plain data; the cluster dimension is the attribute's one field read.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster::BLOCKS;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: cluster::BLOCKS,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: cluster::THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: cluster::SMEM_BYTES,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut clusters = 0i32;
+    // SAFETY: a loaded function, a configuration whose one attribute outlives the call.
+    unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, f.cu_function(), &cfg) }
+        .result()
+        .ok()?;
+    (clusters > 0).then_some(f)
 }
 
 /// The kernel of a two-type q/k/v table (`plan::MIXED_QKV`) for q and k of `wqk`'s type and v of

@@ -69,6 +69,9 @@ fn kernels_compile_for_sm90() {
         } else if name.starts_with("norm_") {
             // The norm fused into its consumer: plan::norm_fused_threads, at most 256.
             plan::norm_fused_threads(plan::NORM_FUSED_MAX)
+        } else if name == "decode_layers_cluster" {
+            // One cluster of 16 blocks of 512 threads (graph_exec::cluster_rewrite).
+            512
         } else if name == "attention_decode_256" {
             // 128 keys x 4 parts (plan::decode_attention_shape).
             512
