@@ -327,10 +327,10 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
             half: int(at, 28)?,
             style: int(at, 29)?,
         };
-        expect(
-            s.half > 0 && 2 * s.half <= HEAD_DIM && (s.style == 0 || s.style == 1),
-            || format!("layer {l}: rope"),
-        )?;
+        // The kernel rotates whole heads of adjacent pairs (a constant there).
+        expect(2 * s.half == HEAD_DIM && s.style == 0, || {
+            format!("layer {l}: rope over {} pairs, style {}", s.half, s.style)
+        })?;
         match shared {
             None => shared = Some(s),
             Some(t) => expect(t == s, || {
@@ -359,6 +359,8 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
             || format!("layer {l}: the feed-forward norm's shape"),
         )?;
         let a = (int(gu, 18)?, dbl(gu, 19)?);
+        // SiLU (a constant in the kernel).
+        expect(a.0 == 0, || format!("layer {l}: activation {}", a.0))?;
         match act {
             None => act = Some(a),
             Some(b) => expect(a == b, || format!("layer {l}: another activation"))?,
@@ -702,6 +704,13 @@ mod tests {
         let mut c = good.clone();
         c[4].args[1] = AP(0x42);
         assert!(plan(&c).unwrap_err().contains("o does not read"));
+        // Another activation (GELU), another rope (NeoX's halves).
+        let mut c = good.clone();
+        c[5].args[18] = AI(1);
+        assert!(plan(&c).unwrap_err().contains("activation"));
+        let mut c = good.clone();
+        c[3].args[29] = AI(1);
+        assert!(plan(&c).unwrap_err().contains("rope"));
         // Another shape.
         let mut c = good.clone();
         c[5].args[17] = AI(2048);

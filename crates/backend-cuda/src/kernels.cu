@@ -4518,11 +4518,11 @@ struct ClusterLayer {
 struct ClusterStep {
     const ClusterLayer* layers;
     int n_layers;
-    int half;   // rope pairs
-    int style;  // rope_elem's style
+    int half;   // rope pairs (32: the kernel's constant, cluster::plan checks)
+    int style;  // rope_elem's style (0: likewise)
     float eps;
     float scale;
-    int act;       // act_apply's activation and constant
+    int act;       // act_apply's activation (0, SiLU: likewise) and constant
     double cgelu;
     kv_t* kc;
     kv_t* vc;
@@ -4794,7 +4794,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
     if (n > ATT_D_MAX_KEYS || n < 1) __trap();  // the step graph's key keeps short contexts here
     for (int i = tid; i < CL_D; i += CL_THREADS) s.xa[i] = A.x_in[i];
     if (attn) {
-        for (int x = tid; x < 2 * A.half; x += CL_THREADS) s.s_cs[x] = layers[0].cs[x];
+        for (int x = tid; x < CL_HD; x += CL_THREADS) s.s_cs[x] = layers[0].cs[x];
         for (int j = tid; j < n; j += CL_THREADS) {
             s.s_slot[j] = A.slots[soff + j];
             s.s_vis[j] = moff < 0 || A.mask[moff + j];
@@ -4870,7 +4870,9 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
                 size_t dst = (store_base + own_slot) * CL_KV_DIM + (size_t)kh * CL_HD;
                 for (int x = tid; x < 2 * CL_HD; x += CL_THREADS) {
                     int i = x / CL_HD, d = x - i * CL_HD;
-                    float rv = rope_elem(s.qkv + i * CL_HD, s.s_cs, d, A.half, A.style);
+                    // rope_elem over the whole head, pairs (0, 1), (2, 3), ...: cluster::plan takes
+                    // only that (half = 32, style 0)
+                    float rv = rope_elem(s.qkv + i * CL_HD, s.s_cs, d, CL_HD / 2, 0);
                     if (i == 0) {
                         s.s_q[d] = rv;
                     } else {
@@ -4986,8 +4988,9 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
                 float gv, uv;
                 cl_row<4, true>(W + (size_t)jr * CL_RB_D, W + (size_t)(CL_RF + jr) * CL_RB_D, s.nq, s.nd,
                                 CL_D / 32, p, gv, uv);
-                // act_mul's operations, as fast_rows applies them
-                float a = act_apply(gv, uv, A.act, A.cgelu);
+                // act_mul's operations (SiLU, act 0: cluster::plan takes no other), as fast_rows
+                // applies them; a constant, so the other activation's code is not compiled in
+                float a = act_apply(gv, uv, 0, 0.0);
                 if (j < CL_RF && p == 0) s.stage[j] = a;
             }
         }
