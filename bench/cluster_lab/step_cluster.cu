@@ -11,7 +11,7 @@
 // same random Q4_1 weights and paged f32 cache: the last layer's residual (ffn_inp) and down
 // output and the whole K and V caches must be the same bits. Then both are timed as CUDA graphs.
 // The kernel was developed here in three versions before it moved to kernels.cu (7d33df8 has
-// them, with per-phase marks; results/step_cluster_v1*.txt, _v2*.txt, step_cluster.txt):
+// them, with per-phase marks; results/step_cluster_v1*.txt, _v2*.txt, _v3.txt):
 //   v1 (K/V rows loaded in the attention phase, every block quantizing the activation): 13.30 /
 //   14.93 us a layer at pos 64 / 127, against the six kernels' 14.0 / 14.7;
 //   v2 (K/V rows staged by cp.async into the gate/up slot; the activation quantized by its
