@@ -172,45 +172,26 @@ pub struct Plan {
     pub args: ClusterArgs,
 }
 
-fn ptr(c: &Call, i: usize) -> Result<u64, String> {
-    match c.args.get(i) {
-        Some(Arg::P(p)) => Ok(*p),
-        other => Err(format!(
-            "{}: argument {i} is {other:?}, not a pointer",
-            c.name
-        )),
-    }
+// Argument `i` of a call as one kind: `ptr(c, 3)` is its fourth argument, a pointer.
+macro_rules! accessor {
+    ($name:ident, $variant:ident, $ty:ty, $what:literal) => {
+        fn $name(c: &Call, i: usize) -> Result<$ty, String> {
+            match c.args.get(i) {
+                Some(Arg::$variant(v)) => Ok(*v),
+                other => Err(format!(
+                    "{}: argument {i} is {other:?}, not {}",
+                    c.name, $what
+                )),
+            }
+        }
+    };
 }
-fn int(c: &Call, i: usize) -> Result<i32, String> {
-    match c.args.get(i) {
-        Some(Arg::I(v)) => Ok(*v),
-        other => Err(format!("{}: argument {i} is {other:?}, not an int", c.name)),
-    }
-}
-fn flt(c: &Call, i: usize) -> Result<f32, String> {
-    match c.args.get(i) {
-        Some(Arg::F(v)) => Ok(*v),
-        other => Err(format!(
-            "{}: argument {i} is {other:?}, not a float",
-            c.name
-        )),
-    }
-}
-fn dbl(c: &Call, i: usize) -> Result<f64, String> {
-    match c.args.get(i) {
-        Some(Arg::D(v)) => Ok(*v),
-        other => Err(format!(
-            "{}: argument {i} is {other:?}, not a double",
-            c.name
-        )),
-    }
-}
-fn size(c: &Call, i: usize) -> Result<u64, String> {
-    match c.args.get(i) {
-        Some(Arg::Z(v)) => Ok(*v),
-        other => Err(format!("{}: argument {i} is {other:?}, not a size", c.name)),
-    }
-}
+accessor!(ptr, P, u64, "a pointer");
+accessor!(int, I, i32, "an int");
+accessor!(flt, F, f32, "a float");
+accessor!(dbl, D, f64, "a double");
+accessor!(size, Z, u64, "a size");
+
 fn expect(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok {
         Ok(())
