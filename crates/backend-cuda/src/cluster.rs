@@ -710,6 +710,69 @@ mod tests {
         assert!(plan(&c).is_err());
     }
 
+    /// The parameter kinds of a kernel as kernels.cu declares it: the list after `marker`, up to
+    /// its closing parenthesis, with the two argument macros expanded.
+    fn declared(marker: &str) -> Vec<Kind> {
+        let src = crate::KERNEL_SOURCE;
+        let macro_body = |name: &str| -> String {
+            let at = src
+                .find(&format!("#define {name}"))
+                .unwrap_or_else(|| panic!("{name}"));
+            let body = &src[at + name.len() + 8..];
+            // the definition runs over lines ending in a backslash
+            let mut out = String::new();
+            for line in body.lines() {
+                out.push_str(line.trim_end_matches('\\'));
+                if !line.trim_end().ends_with('\\') {
+                    break;
+                }
+            }
+            out
+        };
+        let at = src.find(marker).unwrap_or_else(|| panic!("{marker}")) + marker.len();
+        let end = at + src[at..].find(')').expect("a parameter list");
+        let list = src[at..end]
+            .replace('\\', " ")
+            .replace("NORM_MMV3_ARGS", &macro_body("NORM_MMV3_ARGS"))
+            .replace("NORM_IN_ARGS", &macro_body("NORM_IN_ARGS"));
+        list.split(',')
+            .map(|p| {
+                let p = p.split_whitespace().collect::<Vec<_>>().join(" ");
+                if p.contains('*') {
+                    Kind::P
+                } else if p.starts_with("int ") {
+                    Kind::I
+                } else if p.starts_with("float ") {
+                    Kind::F
+                } else if p.starts_with("double ") {
+                    Kind::D
+                } else if p.starts_with("size_t ") {
+                    Kind::Z
+                } else {
+                    panic!("{marker}: parameter `{p}`")
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_signatures_are_the_kernels_declarations() {
+        for (name, marker) in [
+            ("embed_rows", "__global__ void embed_rows("),
+            ("rms_norm", "__launch_bounds__(1024) rms_norm("),
+            ("residual_norm", "__launch_bounds__(1024) residual_norm("),
+            ("quantize_q8_32", "__global__ void quantize_q8_32("),
+            ("norm_mmv3_fast1_3", "norm_mmv3_fast1_##TY("),
+            ("norm_gate_up_fast1_3", "norm_gate_up_fast1_##TY("),
+            ("mmv_fast1_3", "mmv_##NAME##_##TY("),
+            ("mmv3_fast1_3", "mmv3_##NAME##_##TY("),
+            ("attention_decode_rope_64", "attention_decode_rope_##D("),
+        ] {
+            let want = signature(name).unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(declared(marker), want, "{name}");
+        }
+    }
+
     #[test]
     fn the_argument_structs_have_the_kernels_layouts() {
         assert_eq!(std::mem::size_of::<ClusterLayer>(), 88);
