@@ -28,7 +28,12 @@
 #define LOCKSTEP_FAST_F32
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
+// KERNELS_CU: another copy of kernels.cu (a variant, or an earlier commit's) to run instead
+#ifdef KERNELS_CU
+#include KERNELS_CU
+#else
 #include "../../crates/backend-cuda/src/kernels.cu"
+#endif
 #include "../gemv_lab/lab_common.cuh"
 
 #include <cmath>
@@ -108,8 +113,15 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&new_slot, 4));
     int* info;
     CK(cudaMalloc(&info, 5 * 4));
-    u8* mask;  // never read (the row has no mask: info[4] = -1)
+    // the runs with a mask (masked_pos below): every third key hidden, the row's own visible
+    u8* mask;
     CK(cudaMalloc(&mask, ATT_D_MAX_KEYS));
+    {
+        std::vector<u8> hm(ATT_D_MAX_KEYS);
+        for (int j = 0; j < ATT_D_MAX_KEYS; j++) hm[j] = j % 3 != 1 || j == 100;
+        CK(cudaMemcpy(mask, hm.data(), hm.size(), cudaMemcpyHostToDevice));
+    }
+    bool with_mask = false;
     double* cs;
     CK(cudaMalloc(&cs, HD * 8));
 
@@ -161,7 +173,7 @@ int main(int argc, char** argv) {
            CL_SLOT_BYTES, sizeof(ClusterVecs));
 
     auto set_pos = [&](int pos) {
-        int hinfo[5] = {0, pos + 1, pos, 0, -1};
+        int hinfo[5] = {0, pos + 1, pos, 0, with_mask ? 0 : -1};
         CK(cudaMemcpy(info, hinfo, sizeof(hinfo), cudaMemcpyHostToDevice));
         u32 ns = hslots[pos];
         CK(cudaMemcpy(new_slot, &ns, 4, cudaMemcpyHostToDevice));
@@ -199,7 +211,7 @@ int main(int argc, char** argv) {
         float scale = 0.125f;
         const float* nullf = nullptr;
         float* nullw = nullptr;
-        const u8* nullm = nullptr;
+        const u8* nullm = with_mask ? mask : nullptr;
         launch_pdl(st, pdl, attention_decode_rope_64, dim3(1, NH), dim3(256), (const float*)qkv, kc[0], vc[0],
                    (const u32*)slots, (const int*)info, nullm, nullw, att[0] + (size_t)l * D, base, nh, nkh, scale,
                    window, hpb, q8q, q8d, (const float*)(qkv + D), (const float*)(qkv + D + KV_DIM), nullf, nullf,
@@ -238,9 +250,12 @@ int main(int argc, char** argv) {
         CK(cudaLaunchKernelEx(&cfg, decode_layers_cluster, a));
     };
 
-    int positions[] = {64, 127};
+    // pos 100 runs with the mask (the kernel's other instantiation), bitwise check only
+    int positions[] = {64, 127, 100};
     for (int pos : positions) {
+        with_mask = pos == 100;
         set_pos(pos);
+        if (with_mask) printf("pos %d: with a mask hiding every third key (the kernel's masked copy)\n", pos);
         reset_cache();
         cudaStream_t st;
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -280,6 +295,36 @@ int main(int argc, char** argv) {
         printf("pos %d: the cluster step is %s the six kernels'\n", pos, all ? "BITWISE" : "NOT bitwise");
         CK(cudaStreamDestroy(st));
 
+#ifdef LAB_MARKS
+        // a variant of kernels.cu with LABMARK(i) stamps (block 0's global timer, lab_marks[layer
+        // * 16 + i]): the median of each phase over layers 1-28, in the kernel's order
+        {
+            cudaStream_t s3;
+            CK(cudaStreamCreateWithFlags(&s3, cudaStreamNonBlocking));
+            for (int r = 0; r < 3; r++) cluster(s3);
+            CK(cudaStreamSynchronize(s3));
+            std::vector<unsigned long long> mk(32 * 16);
+            CK(cudaMemcpyFromSymbol(mk.data(), lab_marks, mk.size() * 8));
+            const int order[] = {0, 1, 2, 13, 3, 4, 5, 6, 7, 14, 8, 15, 9, 10, 11, 12};
+            const char* what[] = {"wait slot 0 + down", "attention norm", "q/k/v rows", "staged K/V wait",
+                                  "attention", "send + receive attention", "o rows + send", "receive o",
+                                  "wait ffn norm", "ffn norm", "wait gate/up", "gate/up + act + send",
+                                  "receive act", "wait down", "down + send"};
+            printf("pos %d: block 0, median us a phase (layers 1-28):", pos);
+            auto med = [&](auto f) {
+                std::vector<double> v;
+                for (int l = 1; l < 29; l++) v.push_back(f(l));
+                std::sort(v.begin(), v.end());
+                return v[v.size() / 2];
+            };
+            for (int k = 0; k + 1 < 16; k++)
+                printf(" %s %.2f;", what[k], med([&](int l) {
+                           return (double)(mk[l * 16 + order[k + 1]] - mk[l * 16 + order[k]]) / 1e3;
+                       }));
+            printf(" a layer %.2f\n", med([&](int l) { return (double)(mk[(l + 1) * 16] - mk[l * 16]) / 1e3; }));
+            CK(cudaStreamDestroy(s3));
+        }
+#endif
         // 2. timing: the six kernels as a graph with programmatic edges (30 layers a replay), the
         // cluster kernel as a graph of 4 launches; alternating, 3 rounds
         for (int round = 0; round < 3; round++) {

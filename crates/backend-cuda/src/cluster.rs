@@ -112,9 +112,10 @@ pub const SLOT_BYTES: u32 = {
     let norm = D * 4;
     let s0 = norm + 3 * HEAD_DIM * rb_d;
     let s1 = D / 16 * rb_d;
-    let s2 = norm + 2 * (FFN / 16) * rb_d;
+    let s2 = 2 * (FFN / 16) * rb_d;
     let s3 = D / 16 * rb_f;
-    (s0 + s1 + s2 + s3) as u32
+    let s4 = norm;
+    (s0 + s1 + s2 + s3 + s4) as u32
 };
 /// Room for the kernel's vectors after the slots (kernels.cu asserts `sizeof(ClusterVecs)` fits,
 /// and the kernel traps when launched with less dynamic shared memory than both need).
