@@ -110,7 +110,7 @@ pub const SLOT_BYTES: u32 = {
     let rb_d = D / 32 * 20;
     let rb_f = FFN / 32 * 20;
     let norm = D * 4;
-    let s0 = norm + 3 * HEAD_DIM * rb_d;
+    let s0 = norm + HEAD_DIM * rb_d;
     let s1 = D / 16 * rb_d;
     let s2 = 2 * (FFN / 16) * rb_d;
     let s3 = D / 16 * rb_f;
@@ -785,6 +785,6 @@ mod tests {
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains("#define CL_D 576") && src.contains("#define CL_F 1536"));
         assert!(src.contains(&format!("#define CL_MAX_LAYERS {MAX_LAYERS}")));
-        assert_eq!(SLOT_BYTES, 190_368);
+        assert_eq!(SLOT_BYTES, 144_288);
     }
 }

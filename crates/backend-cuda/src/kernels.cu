@@ -4489,7 +4489,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 // rows); slot 3: the down rows; slot 4: the feed-forward norm, on a barrier of its own and a
 // layer ahead, so an attention block's norm does not wait for the gate/up rows it issues only
 // after its attention
-#define CL_S0 (CL_NORM_BYTES + 3 * CL_HD * CL_RB_D)
+#define CL_S0 (CL_NORM_BYTES + CL_HD * CL_RB_D)
 #define CL_S1 (CL_RO * CL_RB_D)
 #define CL_S2 (2 * CL_RF * CL_RB_D)
 #define CL_S3 (CL_RDN * CL_RB_F)
@@ -4500,6 +4500,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 #define CL_OFF4 (CL_S0 + CL_S1 + CL_S2 + CL_S3)
 #define CL_SLOT_BYTES (CL_S0 + CL_S1 + CL_S2 + CL_S3 + CL_S4)
 static_assert(2 * ATT_D_MAX_KEYS * CL_HD * 4 <= CL_S2, "an attention block's staged K/V rows fit slot 2");
+static_assert(CL_NH + 2 * CL_NKV <= CL_CS, "a block for each query head, and for each group's k and v");
 // The most layers (cluster::MAX_LAYERS): their table is copied into shared memory, so no phase
 // waits on a global load to find its next weights.
 #define CL_MAX_LAYERS 32
@@ -4545,12 +4546,13 @@ struct __align__(16) ClusterVecs {
     float x1[CL_D];       // after the attention's residual add
     float down_in[CL_D];  // the down projection's output (received)
     float o_in[CL_D];     // the o projection's output (received)
-    float qkv[3 * CL_HD];  // an attention block's q head, its group's k and v
+    float qkv[CL_HD];  // a block's q, k or v rows
     float stage[CL_RF];   // a block's rows before they are sent
     float s_a[16 * CL_HD];  // attention: the scores' two parts, then the key groups' sums
     float s_p[ATT_D_MAX_KEYS];
     float s_q[CL_HD];
-    float s_knew[CL_HD];
+    float s_knew[CL_HD];  // the row's own k (rotated) and v, from the group's K and V blocks
+    float s_vnew[CL_HD];
     double s_cs[CL_HD];
     u32 s_slot[ATT_D_MAX_KEYS];
     unsigned char s_vis[ATT_D_MAX_KEYS];
@@ -4621,11 +4623,6 @@ __device__ __forceinline__ void cl_send8(const void* dst, const void* bar, int t
         "r"(a), "r"(b), "r"(rbar)
         : "memory");
 }
-
-template <bool B>
-struct cl_bool {
-    static constexpr bool value = B;
-};
 
 // A Q4_1 unit of fast_rows from shared memory (FastUnit<T_Q4_1>::load reads global memory).
 __device__ __forceinline__ void cl_unit(FastUnit<T_Q4_1>& w, const u8* row, int u) {
@@ -4731,43 +4728,35 @@ __device__ __forceinline__ void cl_push(const float* stage, float* dst, int base
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluster(ClusterStep A) {
-    extern __shared__ __align__(128) u8 cl_dyn[];
-    u8* slots = cl_dyn;
-    ClusterVecs& s = *reinterpret_cast<ClusterVecs*>(cl_dyn + CL_SLOT_BYTES);
-    // 0-3: the weight slots; 4: attention, 5: o, 6: activation, 7: down; 8: slot 4
-    __shared__ __align__(8) unsigned long long bars[9];
-    __shared__ ClusterLayer layers[CL_MAX_LAYERS];
-    unsigned rank, dyn;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    if (dyn < CL_SLOT_BYTES + sizeof(ClusterVecs) || blockDim.x != CL_THREADS || A.n_layers > CL_MAX_LAYERS)
-        __trap();
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    // Blocks 0-8 serve the query heads: block (kh, h0) the head attention_decode's block
-    // (kh, h0) serves (hpb = 1); h0 == 0 writes the group's cache row.
-    const bool attn = rank < CL_NH;
-    const int kh = (int)rank / CL_GQ, h0 = (int)rank % CL_GQ;
-    const int h = att_query_head(kh, h0, CL_GQ, CL_NKV);
-    const bool leader = attn && h0 == 0;
-    auto bar = [&](int i) { return cl_smem(&bars[i]); };
+// A block's part in the cluster and the shared memory it works in: the kernel's prologue
+// builds it, cl_layers runs the layers with it.
+struct ClusterCtx {
+    const ClusterStep& A;
+    u8* slots;
+    ClusterVecs& s;
+    unsigned long long* bars;
+    const ClusterLayer* layers;
+    unsigned rank;
+    int tid;
+    bool attn, kblk, kvb;
+    int kh, h;
+    __device__ __forceinline__ unsigned bar(int i) const { return cl_smem(&bars[i]); }
     // The copies are issued by the last thread: its warp is idle during the attention (warps
     // 0-7 run it, warp 0 its softmax), and an issuing thread's warp waits for it (0.6 us a
     // layer when thread 0 issued, in the lab).
-    auto issue = [&](int l, int p) {
+    __device__ __forceinline__ void issue(int l, int p) const {
         if (tid != CL_THREADS - 1) return;
         // the block's reads of the slot (generic proxy) before the copy's writes (async proxy)
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         const ClusterLayer& L = layers[l];
         unsigned b = bar(p);
         if (p == 0) {
-            cl_expect(b, CL_NORM_BYTES + (attn ? 3 * CL_HD * CL_RB_D : 0));
+            cl_expect(b, CL_NORM_BYTES + (attn || kvb ? CL_HD * CL_RB_D : 0));
             cl_bulk(b, slots, L.attn_norm, CL_NORM_BYTES);
-            if (attn) {
-                u8* d = slots + CL_NORM_BYTES;
-                cl_bulk(b, d, L.wq + (size_t)h * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
-                cl_bulk(b, d + CL_HD * CL_RB_D, L.wk + (size_t)kh * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
-                cl_bulk(b, d + 2 * CL_HD * CL_RB_D, L.wv + (size_t)kh * CL_HD * CL_RB_D, CL_HD * CL_RB_D);
+            if (attn || kvb) {
+                const u8* w = attn ? L.wq + (size_t)h * CL_HD * CL_RB_D
+                                   : (kblk ? L.wk : L.wv) + (size_t)kh * CL_HD * CL_RB_D;
+                cl_bulk(b, slots + CL_NORM_BYTES, w, CL_HD * CL_RB_D);
             }
         } else if (p == 1) {
             cl_expect(b, CL_S1);
@@ -4783,15 +4772,304 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
             cl_expect(bar(8), CL_S4);
             cl_bulk(bar(8), slots + CL_OFF4, L.ffn_norm, CL_S4);
         }
-    };
-    auto receive = [&](int i, unsigned bytes, unsigned parity) {
+    }
+    __device__ __forceinline__ void receive(int i, unsigned bytes, unsigned parity) const {
         if (tid == 0) cl_expect(bar(i), bytes);
         cl_wait(bar(i), parity);
-    };
+    }
+};
+
+// The layers, compiled twice: with a mask, and without one, where every key is visible and
+// the attention's code has no per-key reads of s_vis (0.2-0.4 us a layer in the lab when
+// one copy tested a run-time flag).
+template <bool MASKED>
+__device__ __forceinline__ void cl_layers(const ClusterCtx& c, const int n, const int pos, const int moff,
+                                          const u32 own_slot) {
+    const ClusterStep& A = c.A;
+    u8* slots = c.slots;
+    ClusterVecs& s = c.s;
+    unsigned long long* bars = c.bars;
+    const ClusterLayer* layers = c.layers;
+    const unsigned rank = c.rank;
+    const int tid = c.tid, warp = tid >> 5, lane = tid & 31, kh = c.kh, h = c.h;
+    const bool attn = c.attn, kblk = c.kblk, kvb = c.kvb;
+    auto bar = [&](int i) { return c.bar(i); };
+    auto issue = [&](int l, int p) { c.issue(l, p); };
+    auto receive = [&](int i, unsigned bytes, unsigned parity) { c.receive(i, bytes, parity); };
     float* kst = reinterpret_cast<float*>(slots + CL_OFF2);  // staged K rows, then V rows
     float* vst = kst + ATT_D_MAX_KEYS * CL_HD;
+    auto visible = [&](int j) { return !MASKED || s.s_vis[j]; };
+    // An attention block's earlier keys' K and V rows of layer l (written by earlier steps)
+    // into slot 2, by cp.async, a row a 16 threads.
+    auto stage_kv = [&](int l) {
+        const size_t base = att_layer_base(layers[l].base);
+        const int per = min(n, pos) * (CL_HD / 4);  // keys before the row's own
+        for (int x = tid; x < 2 * per; x += CL_THREADS) {
+            bool isv = x >= per;
+            int rem = isv ? x - per : x, j = rem >> 4, c = rem & 15;
+            if (!visible(j)) continue;
+            const kv_t* src = (isv ? A.vc : A.kc) + (base + s.s_slot[j]) * CL_KV_DIM + (size_t)kh * CL_HD + 4 * c;
+            float* dst = (isv ? vst : kst) + (size_t)j * CL_HD + 4 * c;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cl_smem(dst)), "l"(src) : "memory");
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    if (attn) stage_kv(0);
+
+    for (int l = 0; l < A.n_layers; l++) {
+        const unsigned par = l & 1;
+        const bool more = l + 1 < A.n_layers;
+        const float* attn_norm = reinterpret_cast<const float*>(slots);
+        const float* ffn_norm = reinterpret_cast<const float*>(slots + CL_OFF4);
+        // ---- A: the residual add and the attention norm (layer 0: rms_norm of the embedding)
+        cl_wait(bar(0), par);
+        if (l > 0) receive(7, CL_D * 4, par ^ 1);
+        cl_norm(s.xa, l > 0 ? s.down_in : nullptr, s.x1, attn_norm, A.eps, s.nq, s.nd);
+        // The timeline build's marks (the last layer's phases, block 0): 10 the attention norm,
+        // 11 q and the staged rows, 12 the attention sent, 13 o sent, 14 the activation
+        // sent, 15 down done.
+        TL_MARK(10);
+        if (!attn && !kvb && more) issue(l + 1, 0);  // slot 0 is read
+        if (kvb) {
+            // ---- B (blocks 9-14): the group's k rows, rotated by rope_elem as rope_store
+            // does, or its v rows; into the cache row and to the group's three head blocks
+            cl_rows<8>(slots + CL_NORM_BYTES, CL_RB_D, CL_HD, CL_D / 32, s.nq, s.nd,
+                       [&](int j, float v) { s.qkv[j] = v; });
+            __syncthreads();
+            if (more) issue(l + 1, 0);  // slot 0 is read
+            if (tid < CL_HD) {
+                // rope_elem over the whole head, pairs (0, 1), (2, 3), ...: cluster::plan
+                // takes only that (half = 32, style 0)
+                float v = kblk ? rope_elem(s.qkv, s.s_cs, tid, CL_HD / 2, 0) : s.qkv[tid];
+                // written at the layer's base, as attention_decode_rope_<64> writes (its
+                // reads, and stage_kv's, go through att_layer_base)
+                size_t dst = (layers[l].base + own_slot) * CL_KV_DIM + (size_t)kh * CL_HD + tid;
+                if (kblk) A.kc[dst] = kv_of(v);
+                else A.vc[dst] = kv_of(v);
+                s.stage[tid] = v;
+            }
+            __syncthreads();
+            for (int t = tid; t < CL_GQ * (CL_HD / 4); t += CL_THREADS) {
+                int to = kh * CL_GQ + t / (CL_HD / 4), i = t % (CL_HD / 4);
+                cl_send16((kblk ? s.s_knew : s.s_vnew) + 4 * i, &bars[9], to,
+                          reinterpret_cast<const uint4*>(s.stage)[i]);
+            }
+            __syncthreads();  // s.stage is read before the o rows are staged there
+        }
+        if (attn) {
+            // ---- B: the head's q rows
+            cl_rows<8>(slots + CL_NORM_BYTES, CL_RB_D, CL_HD, CL_D / 32, s.nq, s.nd,
+                       [&](int j, float v) { s.qkv[j] = v; });
+            // ---- C: attention_decode_body<64, true>'s arithmetic for head h (hpb 1)
+            constexpr int P = 2, PART = CL_HD / P, C4 = CL_HD / 4, KG = 256 / C4, KPT = ATT_D_MAX_KEYS / KG;
+            const int kj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
+            const bool at = tid < 256;  // attention_decode_<64>'s block is 256 threads
+            const bool kin = at && kj < n && visible(kj);
+            const int vc4 = tid % C4, vkg = tid / C4;
+            float4 kv[PART / 4], vv[KPT];
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            __syncthreads();  // the q rows and every thread's staged K/V rows are in
+            TL_MARK(11);
+            if (more) issue(l + 1, 0);  // slot 0 is read
+            if (kin && kj < pos) {
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(kst + (size_t)kj * CL_HD + hf * PART))[c];
+            }
+#pragma unroll
+            for (int r = 0; r < KPT; r++) {
+                int jj = vkg + r * KG;
+                vv[r] = float4{0.f, 0.f, 0.f, 0.f};
+                if (at && jj < n && jj < pos && visible(jj))
+                    vv[r] = *(const float4*)(vst + (size_t)jj * CL_HD + 4 * vc4);
+            }
+            // rope_store's work on the q head (the k head's is its K block's)
+            for (int d = tid; d < CL_HD; d += CL_THREADS) s.s_q[d] = rope_elem(s.qkv, s.s_cs, d, CL_HD / 2, 0);
+            // the row's own k (rotated) and v from the group's K and V blocks
+            receive(9, 2 * CL_HD * 4, par);
+            __syncthreads();
+            if (kin && kj >= pos) {
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s.s_knew + hf * PART))[c];
+            }
+#pragma unroll
+            for (int r = 0; r < KPT; r++) {
+                int jj = vkg + r * KG;
+                if (at && jj < n && jj >= pos && visible(jj)) vv[r] = *(const float4*)(s.s_vnew + 4 * vc4);
+            }
+            if (kin) {
+                const float4* qr = (const float4*)(s.s_q + hf * PART);
+                float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+                for (int c = 0; c < PART / 4; c++) {
+                    float4 qq = qr[c], kk = kv[c];
+                    a0 += qq.x * kk.x;
+                    a1 += qq.y * kk.y;
+                    a2 += qq.z * kk.z;
+                    a3 += qq.w * kk.w;
+                }
+                s.s_a[hf * ATT_D_MAX_KEYS + kj] = (a0 + a1) + (a2 + a3);
+            }
+            __syncthreads();
+            if (warp == 0) {
+                const float NEG_INF = __int_as_float(0xff800000);
+                float sc[ATT_D_MAX_KEYS / 32];
+                float m = NEG_INF;
+#pragma unroll
+                for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+                    int jj = lane + 32 * t;
+                    float v = NEG_INF;
+                    if (jj < n && visible(jj)) {
+                        float dot = s.s_a[jj];
+                        dot += s.s_a[ATT_D_MAX_KEYS + jj];
+                        v = att_score_path(dot * A.scale, moff);
+                    }
+                    sc[t] = v;
+                    m = fmaxf(m, v);
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                float lsum = 0.f;
+#pragma unroll
+                for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
+                    float p = sc[t] == NEG_INF ? 0.f : expf(sc[t] - m);
+                    s.s_p[lane + 32 * t] = p;
+                    lsum += p;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+                if (lane == 0) s.s_sum = lsum;
+            }
+            __syncthreads();
+            if (at) {
+                float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int r = 0; r < KPT; r++) {
+                    int jj = vkg + r * KG;
+                    float p = jj < n ? s.s_p[jj] : 0.f;
+                    float4 vf = vv[r];
+                    a.x += p * vf.x;
+                    a.y += p * vf.y;
+                    a.z += p * vf.z;
+                    a.w += p * vf.w;
+                }
+                *(float4*)(s.s_a + (size_t)vkg * CL_HD + 4 * vc4) = a;
+            }
+            __syncthreads();
+            if (tid < CL_HD) {
+                float a = 0.f;
+                for (int gi = 0; gi < KG; gi++) a += s.s_a[(size_t)gi * CL_HD + tid];
+                float lsum = s.s_sum;
+                float v = lsum > 0.f ? a / lsum : 0.f;
+                q8_block(v, s.att_q8, s.att_d8, (size_t)(tid >> 5));
+            }
+            __syncthreads();
+            // the head's 64 quantized values and 2 scales to every block
+            for (int t = tid; t < 5 * CL_CS; t += CL_THREADS) {
+                int to = t / 5, i = t % 5;
+                if (i < 4)
+                    cl_send16(s.attq + h * CL_HD + 16 * i, &bars[4], to, reinterpret_cast<const uint4*>(s.att_q8)[i]);
+                else
+                    cl_send16(s.attd + 2 * h, &bars[4], to, *reinterpret_cast<const uint4*>(s.att_d8));
+            }
+            __syncthreads();
+            TL_MARK(12);
+            issue(l, 2);  // the staged rows are read: the slot takes the layer's gate/up
+        }
+        // ---- D: o rows
+        receive(4, CL_NH * (CL_HD + 2 * (int)sizeof(Q8Blk)), par);
+        cl_wait(bar(1), par);
+        cl_rows<8>(slots + CL_OFF1, CL_RB_D, CL_RO, CL_D / 32, s.attq, s.attd,
+                   [&](int j, float v) { s.stage[j] = v; });
+        cl_push(s.stage, s.o_in, rank * CL_RO, CL_RO, &bars[5]);
+        TL_MARK(13);
+        if (more) issue(l + 1, 1);
+        // ---- E: the residual add, the feed-forward norm, gate/up and the activation
+        receive(5, CL_D * 4, par);
+        cl_wait(bar(8), par);
+        cl_norm(s.x1, s.o_in, s.xa, ffn_norm, A.eps, s.nq, s.nd);
+        if (more) issue(l + 1, 4);  // slot 4 is read
+        if (!more && rank == 0)  // the last layer's ffn_inp goes out
+            for (int i = tid; i < CL_D; i += CL_THREADS) A.x_out[i] = s.xa[i];
+        cl_wait(bar(2), par);
+        {
+            const int p = lane % 4;
+            const u8* W = slots + CL_OFF2;
+            for (int j0 = warp * 8; j0 < CL_RF; j0 += CL_WARPS * 8) {
+                int j = j0 + lane / 4, jr = j < CL_RF ? j : CL_RF - 1;
+                float gv, uv;
+                cl_row<4, true>(W + (size_t)jr * CL_RB_D, W + (size_t)(CL_RF + jr) * CL_RB_D, s.nq, s.nd,
+                                CL_D / 32, p, gv, uv);
+                // act_mul's operations (SiLU, act 0: cluster::plan takes no other), as fast_rows
+                // applies them; a constant, so the other activation's code is not compiled in
+                float a = act_apply(gv, uv, 0, 0.0);
+                if (j < CL_RF && p == 0) s.stage[j] = a;
+            }
+        }
+        // quantize_q8_32's q8_block on the block's three whole 32-value blocks, then 6 x 16
+        // bytes of values and 3 x 8 bytes of scales to every block
+        __syncthreads();
+        if (warp < CL_RF / 32) q8_block(s.stage[warp * 32 + lane], s.act_q8, s.act_d8, (size_t)warp);
+        __syncthreads();
+        for (int t = tid; t < 9 * CL_CS; t += CL_THREADS) {
+            int to = t / 9, i = t % 9;
+            if (i < 6) {
+                cl_send16(s.aq + rank * CL_RF + 16 * i, &bars[6], to, reinterpret_cast<const uint4*>(s.act_q8)[i]);
+            } else {
+                const Q8Blk& q = s.act_d8[i - 6];
+                cl_send8(s.ad + rank * (CL_RF / 32) + (i - 6), &bars[6], to, __float_as_uint(q.d), (unsigned)q.s);
+            }
+        }
+        __syncthreads();
+        TL_MARK(14);
+        if (more) {
+            // slot 2 is read: an attention block stages the next layer's K/V rows there, the
+            // others take the next layer's feed-forward norm and gate/up rows
+            if (attn) stage_kv(l + 1);
+            else issue(l + 1, 2);
+        }
+        // ---- F: down rows
+        receive(6, CL_F + CL_F / 32 * (int)sizeof(Q8Blk), par);
+        cl_wait(bar(3), par);
+        cl_rows<8>(slots + CL_OFF3, CL_RB_F, CL_RDN, CL_F / 32, s.aq, s.ad, [&](int j, float v) {
+            s.stage[j] = v;
+            if (!more) A.ffn_out[rank * CL_RDN + j] = v;
+        });
+        if (more) {
+            cl_push(s.stage, s.down_in, rank * CL_RDN, CL_RDN, &bars[7]);
+            issue(l + 1, 3);
+        }
+        TL_MARK(15);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluster(ClusterStep A) {
+    extern __shared__ __align__(128) u8 cl_dyn[];
+    u8* slots = cl_dyn;
+    ClusterVecs& s = *reinterpret_cast<ClusterVecs*>(cl_dyn + CL_SLOT_BYTES);
+    // 0-3: the weight slots; 4: attention, 5: o, 6: activation, 7: down; 8: slot 4; 9: the
+    // row's own k and v
+    __shared__ __align__(8) unsigned long long bars[10];
+    __shared__ ClusterLayer layers[CL_MAX_LAYERS];
+    unsigned rank, dyn;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    if (dyn < CL_SLOT_BYTES + sizeof(ClusterVecs) || blockDim.x != CL_THREADS || A.n_layers > CL_MAX_LAYERS)
+        __trap();
+    const int tid = threadIdx.x;
+    // Blocks 0-8 serve the query heads: block (kh, h0) the head attention_decode's block
+    // (kh, h0) serves (hpb = 1). Blocks 9-11 compute KV group rank - 9's k rows, 12-14 its v
+    // rows (kvb): each writes its cache row and sends it to the group's three head blocks.
+    // Block 15 has no part in the attention.
+    const bool attn = rank < CL_NH;
+    const bool kblk = rank >= CL_NH && rank < CL_NH + CL_NKV;
+    const bool kvb = rank >= CL_NH && rank < CL_NH + 2 * CL_NKV;
+    const int kh = attn ? (int)rank / CL_GQ : kblk ? (int)rank - CL_NH : (int)rank - CL_NH - CL_NKV;
+    const int h0 = (int)rank % CL_GQ;
+    const int h = att_query_head(kh, h0, CL_GQ, CL_NKV);
+    ClusterCtx c{A, slots, s, bars, layers, rank, tid, attn, kblk, kvb, kh, h};
+    auto bar = [&](int i) { return c.bar(i); };
     if (tid == 0) {
-        for (int p = 0; p < 9; p++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(p)));
+        for (int p = 0; p < 10; p++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(p)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     // The layer table (written when the graph was built: read before the wait)
@@ -4802,7 +5080,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
     // Layer 0's weights before the grid wait (weights are written only at upload); an
     // attention block's gate/up slot waits for its staged K/V rows to be read.
     for (int p = 0; p < 5; p++)
-        if (p != 2 || !attn) issue(0, p);
+        if (p != 2 || !attn) c.issue(0, p);
     GRID_WAIT();
     // The step's row: attention_decode's table (one row, no window: the host's rewrite checks).
     const int soff = A.info[0], n_kv = A.info[1], pos = A.info[2], moff = A.info[4];
@@ -4810,8 +5088,9 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
     if (n > ATT_D_MAX_KEYS || n < 1) __trap();  // the step graph's key keeps short contexts here
     const bool masked = moff >= 0;
     for (int i = tid; i < CL_D; i += CL_THREADS) s.xa[i] = A.x_in[i];
-    if (attn) {
+    if (attn || kblk)
         for (int x = tid; x < CL_HD; x += CL_THREADS) s.s_cs[x] = layers[0].cs[x];
+    if (attn) {
         for (int j = tid; j < n; j += CL_THREADS) {
             s.s_slot[j] = A.slots[soff + j];
             if (masked) s.s_vis[j] = A.mask[moff + j] != 0;
@@ -4820,245 +5099,10 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
     const u32 own_slot = A.new_slots[0];
     // every block's barriers are initialized (and its rows loaded) before anyone sends
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-    // The layers, compiled twice: with a mask, and without one, where every key is visible and
-    // the attention's code has no per-key reads of s_vis (0.2-0.4 us a layer in the lab when
-    // one copy tested a run-time flag).
-    auto run = [&](auto mask_tag) {
-        constexpr bool MASKED = decltype(mask_tag)::value;
-        auto visible = [&](int j) { return !MASKED || s.s_vis[j]; };
-        // An attention block's earlier keys' K and V rows of layer l (written by earlier steps)
-        // into slot 2, by cp.async, a row a 16 threads.
-        auto stage_kv = [&](int l) {
-            const size_t base = att_layer_base(layers[l].base);
-            const int per = min(n, pos) * (CL_HD / 4);  // keys before the row's own
-            for (int x = tid; x < 2 * per; x += CL_THREADS) {
-                bool isv = x >= per;
-                int rem = isv ? x - per : x, j = rem >> 4, c = rem & 15;
-                if (!visible(j)) continue;
-                const kv_t* src = (isv ? A.vc : A.kc) + (base + s.s_slot[j]) * CL_KV_DIM + (size_t)kh * CL_HD + 4 * c;
-                float* dst = (isv ? vst : kst) + (size_t)j * CL_HD + 4 * c;
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(cl_smem(dst)), "l"(src) : "memory");
-            }
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        };
-        if (attn) stage_kv(0);
-
-        for (int l = 0; l < A.n_layers; l++) {
-            const unsigned par = l & 1;
-            const bool more = l + 1 < A.n_layers;
-            const float* attn_norm = reinterpret_cast<const float*>(slots);
-            const float* ffn_norm = reinterpret_cast<const float*>(slots + CL_OFF4);
-            // ---- A: the residual add and the attention norm (layer 0: rms_norm of the embedding)
-            cl_wait(bar(0), par);
-            if (l > 0) receive(7, CL_D * 4, par ^ 1);
-            cl_norm(s.xa, l > 0 ? s.down_in : nullptr, s.x1, attn_norm, A.eps, s.nq, s.nd);
-            // The timeline build's marks (the last layer's phases, block 0): 10 the attention norm,
-            // 11 q/k/v and the staged rows, 12 the attention sent, 13 o sent, 14 the activation
-            // sent, 15 down done.
-            TL_MARK(10);
-            if (!attn && more) issue(l + 1, 0);  // slot 0 is read
-            if (attn) {
-                // ---- B: the head's q rows, its group's k and v rows
-                cl_rows<4>(slots + CL_NORM_BYTES, CL_RB_D, 3 * CL_HD, CL_D / 32, s.nq, s.nd,
-                           [&](int j, float v) { s.qkv[j] = v; });
-                // ---- C: attention_decode_body<64, true>'s arithmetic for head h (hpb 1)
-                constexpr int P = 2, PART = CL_HD / P, C4 = CL_HD / 4, KG = 256 / C4, KPT = ATT_D_MAX_KEYS / KG;
-                // the cache rows are read at att_layer_base(base) and written at base, as
-                // attention_decode_rope_<64> reads and writes them
-                const size_t store_base = layers[l].base;
-                const int kj = tid & (ATT_D_MAX_KEYS - 1), hf = tid / ATT_D_MAX_KEYS;
-                const bool at = tid < 256;  // attention_decode_<64>'s block is 256 threads
-                const bool kin = at && kj < n && visible(kj);
-                const int vc4 = tid % C4, vkg = tid / C4;
-                float4 kv[PART / 4], vv[KPT];
-                asm volatile("cp.async.wait_group 0;" ::: "memory");
-                __syncthreads();  // the q/k/v rows and every thread's staged K/V rows are in
-                TL_MARK(11);
-                if (more) issue(l + 1, 0);  // slot 0 is read
-                if (kin && kj < pos) {
-    #pragma unroll
-                    for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(kst + (size_t)kj * CL_HD + hf * PART))[c];
-                }
-    #pragma unroll
-                for (int r = 0; r < KPT; r++) {
-                    int jj = vkg + r * KG;
-                    vv[r] = float4{0.f, 0.f, 0.f, 0.f};
-                    if (at && jj < n && visible(jj)) {
-                        if (jj < pos) vv[r] = *(const float4*)(vst + (size_t)jj * CL_HD + 4 * vc4);
-                        else vv[r] = *(const float4*)(s.qkv + 2 * CL_HD + 4 * vc4);  // the row's own value
-                    }
-                }
-                // rope_store's work: the q head (0) and the k head (1), rotated by rope_elem
-                {
-                    size_t dst = (store_base + own_slot) * CL_KV_DIM + (size_t)kh * CL_HD;
-                    for (int x = tid; x < 2 * CL_HD; x += CL_THREADS) {
-                        int i = x / CL_HD, d = x - i * CL_HD;
-                        // rope_elem over the whole head, pairs (0, 1), (2, 3), ...: cluster::plan takes
-                        // only that (half = 32, style 0)
-                        float rv = rope_elem(s.qkv + i * CL_HD, s.s_cs, d, CL_HD / 2, 0);
-                        if (i == 0) {
-                            s.s_q[d] = rv;
-                        } else {
-                            s.s_knew[d] = rv;
-                            if (leader) A.kc[dst + d] = kv_of(rv);
-                        }
-                    }
-                    if (leader && tid < CL_HD) A.vc[dst + tid] = kv_of(s.qkv[2 * CL_HD + tid]);
-                }
-                __syncthreads();
-                if (kin && kj >= pos) {
-    #pragma unroll
-                    for (int c = 0; c < PART / 4; c++) kv[c] = ((const float4*)(s.s_knew + hf * PART))[c];
-                }
-                if (kin) {
-                    const float4* qr = (const float4*)(s.s_q + hf * PART);
-                    float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-    #pragma unroll
-                    for (int c = 0; c < PART / 4; c++) {
-                        float4 qq = qr[c], kk = kv[c];
-                        a0 += qq.x * kk.x;
-                        a1 += qq.y * kk.y;
-                        a2 += qq.z * kk.z;
-                        a3 += qq.w * kk.w;
-                    }
-                    s.s_a[hf * ATT_D_MAX_KEYS + kj] = (a0 + a1) + (a2 + a3);
-                }
-                __syncthreads();
-                if (warp == 0) {
-                    const float NEG_INF = __int_as_float(0xff800000);
-                    float sc[ATT_D_MAX_KEYS / 32];
-                    float m = NEG_INF;
-    #pragma unroll
-                    for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
-                        int jj = lane + 32 * t;
-                        float v = NEG_INF;
-                        if (jj < n && visible(jj)) {
-                            float dot = s.s_a[jj];
-                            dot += s.s_a[ATT_D_MAX_KEYS + jj];
-                            v = att_score_path(dot * A.scale, moff);
-                        }
-                        sc[t] = v;
-                        m = fmaxf(m, v);
-                    }
-    #pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                    float lsum = 0.f;
-    #pragma unroll
-                    for (int t = 0; t < ATT_D_MAX_KEYS / 32; t++) {
-                        float p = sc[t] == NEG_INF ? 0.f : expf(sc[t] - m);
-                        s.s_p[lane + 32 * t] = p;
-                        lsum += p;
-                    }
-    #pragma unroll
-                    for (int o = 16; o > 0; o >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
-                    if (lane == 0) s.s_sum = lsum;
-                }
-                __syncthreads();
-                if (at) {
-                    float4 a = {0.f, 0.f, 0.f, 0.f};
-    #pragma unroll
-                    for (int r = 0; r < KPT; r++) {
-                        int jj = vkg + r * KG;
-                        float p = jj < n ? s.s_p[jj] : 0.f;
-                        float4 vf = vv[r];
-                        a.x += p * vf.x;
-                        a.y += p * vf.y;
-                        a.z += p * vf.z;
-                        a.w += p * vf.w;
-                    }
-                    *(float4*)(s.s_a + (size_t)vkg * CL_HD + 4 * vc4) = a;
-                }
-                __syncthreads();
-                if (tid < CL_HD) {
-                    float a = 0.f;
-                    for (int gi = 0; gi < KG; gi++) a += s.s_a[(size_t)gi * CL_HD + tid];
-                    float lsum = s.s_sum;
-                    float v = lsum > 0.f ? a / lsum : 0.f;
-                    q8_block(v, s.att_q8, s.att_d8, (size_t)(tid >> 5));
-                }
-                __syncthreads();
-                // the head's 64 quantized values and 2 scales to every block
-                for (int t = tid; t < 5 * CL_CS; t += CL_THREADS) {
-                    int to = t / 5, i = t % 5;
-                    if (i < 4)
-                        cl_send16(s.attq + h * CL_HD + 16 * i, &bars[4], to, reinterpret_cast<const uint4*>(s.att_q8)[i]);
-                    else
-                        cl_send16(s.attd + 2 * h, &bars[4], to, *reinterpret_cast<const uint4*>(s.att_d8));
-                }
-                __syncthreads();
-                TL_MARK(12);
-                issue(l, 2);  // the staged rows are read: the slot takes the layer's gate/up
-            }
-            // ---- D: o rows
-            receive(4, CL_NH * (CL_HD + 2 * (int)sizeof(Q8Blk)), par);
-            cl_wait(bar(1), par);
-            cl_rows<8>(slots + CL_OFF1, CL_RB_D, CL_RO, CL_D / 32, s.attq, s.attd,
-                       [&](int j, float v) { s.stage[j] = v; });
-            cl_push(s.stage, s.o_in, rank * CL_RO, CL_RO, &bars[5]);
-            TL_MARK(13);
-            if (more) issue(l + 1, 1);
-            // ---- E: the residual add, the feed-forward norm, gate/up and the activation
-            receive(5, CL_D * 4, par);
-            cl_wait(bar(8), par);
-            cl_norm(s.x1, s.o_in, s.xa, ffn_norm, A.eps, s.nq, s.nd);
-            if (more) issue(l + 1, 4);  // slot 4 is read
-            if (!more && rank == 0)  // the last layer's ffn_inp goes out
-                for (int i = tid; i < CL_D; i += CL_THREADS) A.x_out[i] = s.xa[i];
-            cl_wait(bar(2), par);
-            {
-                const int p = lane % 4;
-                const u8* W = slots + CL_OFF2;
-                for (int j0 = warp * 8; j0 < CL_RF; j0 += CL_WARPS * 8) {
-                    int j = j0 + lane / 4, jr = j < CL_RF ? j : CL_RF - 1;
-                    float gv, uv;
-                    cl_row<4, true>(W + (size_t)jr * CL_RB_D, W + (size_t)(CL_RF + jr) * CL_RB_D, s.nq, s.nd,
-                                    CL_D / 32, p, gv, uv);
-                    // act_mul's operations (SiLU, act 0: cluster::plan takes no other), as fast_rows
-                    // applies them; a constant, so the other activation's code is not compiled in
-                    float a = act_apply(gv, uv, 0, 0.0);
-                    if (j < CL_RF && p == 0) s.stage[j] = a;
-                }
-            }
-            // quantize_q8_32's q8_block on the block's three whole 32-value blocks, then 6 x 16
-            // bytes of values and 3 x 8 bytes of scales to every block
-            __syncthreads();
-            if (warp < CL_RF / 32) q8_block(s.stage[warp * 32 + lane], s.act_q8, s.act_d8, (size_t)warp);
-            __syncthreads();
-            for (int t = tid; t < 9 * CL_CS; t += CL_THREADS) {
-                int to = t / 9, i = t % 9;
-                if (i < 6) {
-                    cl_send16(s.aq + rank * CL_RF + 16 * i, &bars[6], to, reinterpret_cast<const uint4*>(s.act_q8)[i]);
-                } else {
-                    const Q8Blk& q = s.act_d8[i - 6];
-                    cl_send8(s.ad + rank * (CL_RF / 32) + (i - 6), &bars[6], to, __float_as_uint(q.d), (unsigned)q.s);
-                }
-            }
-            __syncthreads();
-            TL_MARK(14);
-            if (more) {
-                // slot 2 is read: an attention block stages the next layer's K/V rows there, the
-                // others take the next layer's feed-forward norm and gate/up rows
-                if (attn) stage_kv(l + 1);
-                else issue(l + 1, 2);
-            }
-            // ---- F: down rows
-            receive(6, CL_F + CL_F / 32 * (int)sizeof(Q8Blk), par);
-            cl_wait(bar(3), par);
-            cl_rows<8>(slots + CL_OFF3, CL_RB_F, CL_RDN, CL_F / 32, s.aq, s.ad, [&](int j, float v) {
-                s.stage[j] = v;
-                if (!more) A.ffn_out[rank * CL_RDN + j] = v;
-            });
-            if (more) {
-                cl_push(s.stage, s.down_in, rank * CL_RDN, CL_RDN, &bars[7]);
-                issue(l + 1, 3);
-            }
-            TL_MARK(15);
-        }
-    };
     if (masked)
-        run(cl_bool<true>{});
+        cl_layers<true>(c, n, pos, moff, own_slot);
     else
-        run(cl_bool<false>{});
+        cl_layers<false>(c, n, pos, moff, own_slot);
     // no block leaves while another may still send into it
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
