@@ -19,10 +19,15 @@
 //   v3 (slot 0 refilled after q/k/v, the feed-forward norm in slot 2, the K/V rows staged from
 //   the gate/up phase of the layer before): 11.11 / 11.98, bitwise in every version.
 // The backend's kernel, run here (results/step_cluster_backend_kernel.txt): bitwise, 12.07 /
-// 13.02 against 14.26 / 15.07: about 1 us a layer slower than v3 in the same conditions. It
-// read the activation and the rope's pairs and style from its arguments; as constants
-// (results/step_cluster.txt) it ran the same, 12.10 / 13.05. The rest of the gap is not found
-// (v3 differs in: no mask reads, its weights addressed by arithmetic, not a table).
+// 13.02 against 14.26 / 15.07: about 1 us a layer slower than v3 in the same conditions.
+// Session 37 found the gap by building variants of kernels.cu (-DKERNELS_CU) and running them
+// side by side (results/step_cluster_variants_s37.txt): thread 0 issued the bulk copies through
+// a loop, and its warp (warp 0: the softmax) waited for it; copies unrolled and issued by the
+// last thread, 12.07 -> 11.11; the layers compiled with and without a mask, 10.95. Then the k
+// and v rows moved to blocks 9-14 (each head block computes 64 q rows, was 192 rows of q/k/v):
+// 10.31 / 11.16 / 11.08 at pos 64 / 127 / 100 with a mask (results/step_cluster.txt), bitwise.
+// -DLAB_MARKS with a copy from marks_variant.py prints block 0's phases
+// (results/step_cluster_marks.txt).
 // nvcc -gencode=arch=compute_90a,code=sm_90a -O3 --fmad=false -std=c++17 \
 //   -diag-suppress 128,177,550,549 -o step_cluster step_cluster.cu
 #define LOCKSTEP_FAST_F32

@@ -4449,10 +4449,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 //   A (every block) the residual add and the attention norm, norm_row_shared's arithmetic (the
 //     first plan::norm_threads(576) = 256 threads, norm_regs_w, q8_block) on rows in shared
 //     memory (layer 0: rms_norm's, no add);
-//   B (blocks 0-8, a query head each) the head's q rows and its group's k and v rows;
-//   C (blocks 0-8) attention_decode_body<64, true>'s arithmetic for that head, the block serving
-//     a group's first head writing the K/V cache row; the head's output quantized (q8_block) and
-//     sent to every block;
+//   B (blocks 0-8, a query head each) the head's 64 q rows; (blocks 9-11, 12-14) a KV group's
+//     64 k rows, rotated as rope_store rotates them, or its 64 v rows, written to the cache row
+//     and sent to the group's three head blocks (session 37: a head block computed all 192);
+//   C (blocks 0-8) attention_decode_body<64, true>'s arithmetic for that head; the head's output
+//     quantized (q8_block) and sent to every block;
 //   D 36 o rows a block, sent to every block; E the residual add and the feed-forward norm, 96
 //     gate and 96 up rows, the activation, quantized by its block and sent; F 36 down rows, sent.
 // A row of a mat-vec is fast_rows' row: its 32 lanes played by 4 or 8 lanes (cl_rows: each
@@ -4461,9 +4462,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 // op-by-op kernels' (bench/cluster_lab/ffn_cluster.cu, step_cluster.cu: 30 layers bitwise).
 // Exchanges are one-way: st.async stores into every block's shared memory, each completing on
 // the receiver's mbarrier, which waits for the bytes it expects. Each block's weights for a
-// phase are bulk-copied into shared memory a layer ahead (slots); an attention block stages its
-// head's earlier K/V rows (cp.async) in the gate/up slot between the gate/up phase of the layer
-// before and its attention.
+// phase are bulk-copied into shared memory a layer ahead (slots), issued by the block's last
+// thread; an attention block stages its head's earlier K/V rows (cp.async) in the gate/up slot
+// between the gate/up phase of the layer before and its attention. The layers are compiled
+// twice (cl_layers<MASKED>): a row without a mask skips the per-key visibility tests.
 // ============================================================================================
 // Clusters, bulk copies and st.async are sm_90's: elsewhere the module has no such kernel and
 // the host keeps the captured graphs.
