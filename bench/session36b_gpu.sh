@@ -3,7 +3,7 @@
 # llama-bench for the card (bench/session25_gpu.sh's recipe, from .device/llama.cpp.tar.xz), then
 # on a synthesized SmolLM2-135M Q4_1: llama-bench -p 0 -n 128 -r 3 -fa 0,1; lockstep tg128 -r 3
 # with and without the cluster step, alternating; check; tokens; the timeline with the cluster
-# kernel's marks.
+# kernel's marks. ROUNDS: lockstep's rounds (2; session 37 ran 3).
 set -u
 B=./.device/lockstep
 O=${OUT:-/tmp/out}; mkdir -p $O
@@ -29,7 +29,7 @@ el
 tg() { left=$(( LIMIT - ($(date +%s) - T0) )); [ $left -lt 12 ] && { echo skipped; return; }
   timeout $left $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 128 -r 3 2>&1 | grep -E '\| tg' | tr -s ' ' | cut -d'|' -f6; }
 echo "== lockstep tg128 -r 3: CLUSTER_STEP=0 / cluster"
-for r in 1 2; do echo "round $r  $(LOCKSTEP_CUDA_CLUSTER_STEP=0 tg) / $(tg)"; done
+for r in $(seq ${ROUNDS:-2}); do echo "round $r  $(LOCKSTEP_CUDA_CLUSTER_STEP=0 tg) / $(tg)"; done
 el
 $B check -m /tmp/smol.gguf --backend cuda > $O/check_smol.txt 2>&1
 echo "== check smol: rc $? | $(grep -E 'replayed|FAIL' $O/check_smol.txt | tr -s ' ' | cut -c1-100 | tr '\n' '|')"
