@@ -787,4 +787,102 @@ mod tests {
         assert!(src.contains(&format!("#define CL_MAX_LAYERS {MAX_LAYERS}")));
         assert_eq!(SLOT_BYTES, 144_288);
     }
+
+    /// The value of kernels.cu's `#define CL_<name>`, its expression evaluated (integers,
+    /// other CL_ macros, + - * / and parentheses, as the preprocessor and C would).
+    fn cl_macro(name: &str) -> i64 {
+        let key = format!("#define CL_{name} ");
+        let line = crate::KERNEL_SOURCE
+            .lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("kernels.cu has no {key}"));
+        let toks: Vec<String> = {
+            let mut t = Vec::new();
+            let mut cur = String::new();
+            for c in line[key.len()..].chars() {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    cur.push(c);
+                } else {
+                    if !cur.is_empty() {
+                        t.push(std::mem::take(&mut cur));
+                    }
+                    if "+-*/()".contains(c) {
+                        t.push(c.to_string());
+                    } else {
+                        assert!(c.is_whitespace(), "CL_{name}: `{c}`");
+                    }
+                }
+            }
+            if !cur.is_empty() {
+                t.push(cur);
+            }
+            t
+        };
+        // sum := product (('+' | '-') product)*; product := atom (('*' | '/') atom)*
+        fn atom(t: &[String], i: &mut usize) -> i64 {
+            let tok = &t[*i];
+            *i += 1;
+            if tok == "(" {
+                let v = sum(t, i);
+                assert_eq!(t[*i], ")");
+                *i += 1;
+                v
+            } else if let Some(m) = tok.strip_prefix("CL_") {
+                cl_macro(m)
+            } else {
+                tok.parse().unwrap_or_else(|_| panic!("token `{tok}`"))
+            }
+        }
+        fn product(t: &[String], i: &mut usize) -> i64 {
+            let mut v = atom(t, i);
+            while *i < t.len() && (t[*i] == "*" || t[*i] == "/") {
+                let op = t[*i].clone();
+                *i += 1;
+                let r = atom(t, i);
+                v = if op == "*" { v * r } else { v / r };
+            }
+            v
+        }
+        fn sum(t: &[String], i: &mut usize) -> i64 {
+            let mut v = product(t, i);
+            while *i < t.len() && (t[*i] == "+" || t[*i] == "-") {
+                let op = t[*i].clone();
+                *i += 1;
+                let r = product(t, i);
+                v = if op == "+" { v + r } else { v - r };
+            }
+            v
+        }
+        let mut i = 0;
+        let v = sum(&toks, &mut i);
+        assert_eq!(i, toks.len(), "CL_{name}: trailing tokens");
+        v
+    }
+
+    #[test]
+    fn the_host_gives_the_kernel_the_shared_memory_it_declares() {
+        // The kernel traps when launched with less than its slots and vectors need, and the
+        // host sizes the launch from these constants: each is held to the kernel's macro.
+        assert_eq!(cl_macro("SLOT_BYTES"), i64::from(SLOT_BYTES));
+        assert_eq!(cl_macro("D"), i64::from(D));
+        assert_eq!(cl_macro("F"), i64::from(FFN));
+        assert_eq!(cl_macro("HD"), i64::from(HEAD_DIM));
+        assert_eq!(cl_macro("NH"), i64::from(N_HEADS));
+        assert_eq!(cl_macro("NKV"), i64::from(N_KV_HEADS));
+        assert_eq!(cl_macro("CS"), i64::from(BLOCKS));
+        assert_eq!(cl_macro("THREADS"), i64::from(THREADS));
+        assert_eq!(cl_macro("MAX_LAYERS"), MAX_LAYERS as i64);
+        assert_eq!(VEC_BYTES % 1024, 0);
+        let vecs = format!(
+            "static_assert(sizeof(ClusterVecs) <= {} * 1024,",
+            VEC_BYTES / 1024
+        );
+        assert!(crate::KERNEL_SOURCE.contains(&vecs), "kernels.cu: {vecs}");
+        // the evaluator itself: precedence, parentheses and integer division as C's
+        assert_eq!(
+            cl_macro("OFF3"),
+            cl_macro("S0") + cl_macro("S1") + cl_macro("S2")
+        );
+        assert_eq!(cl_macro("RB_D"), 576 / 32 * 20);
+    }
 }
