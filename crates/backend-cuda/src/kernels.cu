@@ -4486,8 +4486,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 #define CL_RF (CL_F / CL_CS)
 #define CL_RDN (CL_D / CL_CS)
 #define CL_NORM_BYTES (CL_D * 4)
-// slot 0: the attention norm and (attention blocks) the q/k/v rows, refilled once q/k/v is
-// done; slot 1: the o rows; slot 2: the gate/up rows (and an attention block's staged K/V
+// slot 0: the attention norm and (the head, K and V blocks) their 64 q, k or v rows, refilled
+// once they are read; slot 1: the o rows; slot 2: the gate/up rows (and an attention block's staged K/V
 // rows); slot 3: the down rows; slot 4: the feed-forward norm, on a barrier of its own and a
 // layer ahead, so an attention block's norm does not wait for the gate/up rows it issues only
 // after its attention
