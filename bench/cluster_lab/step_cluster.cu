@@ -28,6 +28,10 @@
 // 10.31 / 11.16 / 11.08 at pos 64 / 127 / 100 with a mask (results/step_cluster.txt), bitwise.
 // -DLAB_MARKS with a copy from marks_variant.py prints block 0's phases
 // (results/step_cluster_marks.txt).
+// Session 38: the kernel's layer table has a record after the layers (the output norm's
+// pointers; zeros here: no output norm), so the table has LAYERS + 1 entries. Five more
+// pointers in ClusterStep had cost the loop 0.25 us a layer in this lab (ptxas spills at the
+// kernel's 128 registers); bench/session38/lab_*.txt.
 // nvcc -gencode=arch=compute_90a,code=sm_90a -O3 --fmad=false -std=c++17 \
 //   -diag-suppress 128,177,550,549 -o step_cluster step_cluster.cu
 #define LOCKSTEP_FAST_F32
@@ -164,7 +168,7 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&q8q, D));
     CK(cudaMalloc(&q8d, D / 32 * sizeof(Q8Blk)));
     // the cluster kernel's layer table and outputs
-    std::vector<ClusterLayer> hl(LAYERS);
+    std::vector<ClusterLayer> hl(LAYERS + 1);  // and the output norm's record: none (zeros)
     for (int l = 0; l < LAYERS; l++)
         hl[l] = ClusterLayer{wq(l), wk(l), wv(l), wo(l), wg(l), wu(l), wd(l), norms + (size_t)l * 2 * D,
                              norms + (size_t)l * 2 * D + D, cs, (unsigned long long)l * SLOTS_PER_LAYER};

@@ -4,8 +4,9 @@
 //! A replayed one-row decode step of a llama-shaped model of SmolLM2-135M's dimensions is a
 //! chain of six kernels a layer (`norm_mmv3_fast1_3`, `attention_decode_rope_64`,
 //! `mmv_fast1_3`, `norm_gate_up_fast1_3`, `quantize_q8_32`, `mmv_fast1_3`; layer 0 begins with
-//! `rms_norm` and `mmv3_fast1_3`), and most of its time is the boundaries between them. The
-//! cluster kernel runs every layer as phases of one kernel on 16 SMs, with those kernels'
+//! `rms_norm` and `mmv3_fast1_3`; the output norm, `residual_norm`, follows the last), and most
+//! of its time is the boundaries between them. The cluster kernel runs every layer and the
+//! output norm as phases of one kernel on 16 SMs, with those kernels'
 //! arithmetic bit for bit (kernels.cu explains how), so the rewrite is a schedule, not a change
 //! of numbers: the eager (and tapped) steps keep the six kernels, and `check`'s
 //! replayed-vs-tapped invariance compares every replay with them, bitwise.
@@ -54,6 +55,8 @@ impl Kind {
 pub struct Call {
     pub name: String,
     pub args: Vec<Arg>,
+    /// Threads a block (`blockDim.x`; 0 where unknown).
+    pub block: u32,
 }
 
 use Kind::{D as KD, F as KF, I as KI, P as KP, Z as KZ};
@@ -163,6 +166,19 @@ pub struct ClusterArgs {
     pub ffn_out: u64,
 }
 
+/// The output norm the kernel runs after the layers (the chain's `residual_norm`; kernels.cu
+/// `ClusterOut`, the same layout): its weights, then where it writes. The kernel reads it as
+/// the record after the layers in its layer table.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterOut {
+    pub norm: u64,
+    pub sum: u64,
+    pub f32: u64,
+    pub q: u64,
+    pub d: u64,
+}
+
 /// What the rewrite replaces: chain positions `first ..= last` (kernel calls only) by one
 /// launch of the cluster kernel.
 #[derive(Clone, Debug, PartialEq)]
@@ -170,6 +186,7 @@ pub struct Plan {
     pub first: usize,
     pub last: usize,
     pub layers: Vec<ClusterLayer>,
+    pub out: ClusterOut,
     pub args: ClusterArgs,
 }
 
@@ -385,11 +402,32 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
             expect(ptr(next, 0)? == ffn_inp && ptr(next, 1)? == ffn_out, || {
                 "the output norm does not read the last layer".into()
             })?;
+            // The kernel runs it as residual_norm's one block of plan::norm_threads(576)
+            // threads does (the same sum of squares and reduction), with no post norm, and
+            // writes every output the kernel writes.
+            expect(
+                ptr(next, 2)? == 0
+                    && ptr(next, 3)? == 0
+                    && int(next, 7)? == D
+                    && flt(next, 8)? == eps
+                    && next.block == NORM_THREADS as u32,
+                || "the output norm's shape".into(),
+            )?;
+            let outs = [4, 5, 6, 9, 10].map(|j| ptr(next, j));
+            let [out_sum, out_norm, out_f32, out_q, out_d] = outs;
+            let (out_sum, out_norm, out_f32, out_q, out_d) =
+                (out_sum?, out_norm?, out_f32?, out_q?, out_d?);
+            expect(
+                [out_sum, out_norm, out_f32, out_q, out_d]
+                    .iter()
+                    .all(|&p| p != 0),
+                || "the output norm does not quantize".into(),
+            )?;
             let s = shared.ok_or("no attention")?;
             let (act, cgelu) = act.ok_or("no feed-forward")?;
             return Ok(Plan {
                 first: e + 1,
-                last: i + 4,
+                last: i + 5,
                 args: ClusterArgs {
                     layers: 0,
                     n_layers: i32::try_from(layers.len()).map_err(|e| e.to_string())?,
@@ -408,6 +446,13 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
                     x_in: x0,
                     x_out: ffn_inp,
                     ffn_out,
+                },
+                out: ClusterOut {
+                    norm: out_norm,
+                    sum: out_sum,
+                    f32: out_f32,
+                    q: out_q,
+                    d: out_d,
                 },
                 layers,
             });
@@ -450,6 +495,7 @@ mod tests {
         Call {
             name: name.into(),
             args,
+            block: 256,
         }
     }
     use Arg::{D as AD, F as AF, I as AI, P as AP, Z as AZ};
@@ -650,9 +696,11 @@ mod tests {
         for n in [1, 2, 30, MAX_LAYERS] {
             let c = chain(n);
             let p = plan(&c).unwrap_or_else(|e| panic!("{n} layers: {e}"));
-            assert_eq!((p.first, p.last), (1, 1 + 6 * n), "{n} layers");
+            assert_eq!((p.first, p.last), (1, 2 + 6 * n), "{n} layers");
             assert_eq!(p.layers.len(), n);
-            assert_eq!(c[p.last + 1].name, "residual_norm");
+            // The output norm is the cluster's too: the LM head follows it.
+            assert_eq!(c[p.last].name, "residual_norm");
+            assert_eq!(c[p.last + 1].name, "mmv_fast2r_8");
             assert_eq!(p.args.n_layers as usize, n);
             assert_eq!((p.args.half, p.args.style, p.args.act), (32, 0, 0));
             // Layer l's weights are the ones its kernels read.
@@ -662,8 +710,14 @@ mod tests {
                 assert_eq!(Some(&AP(w.wd)), c[at + 4].args.first());
                 assert_eq!(AZ(w.base), c[at].args[8]);
             }
-            assert_eq!(AP(p.args.x_out), c[p.last + 1].args[0]);
-            assert_eq!(AP(p.args.ffn_out), c[p.last + 1].args[1]);
+            let rn = &c[p.last].args;
+            assert_eq!(AP(p.args.x_out), rn[0]);
+            assert_eq!(AP(p.args.ffn_out), rn[1]);
+            let o = &p.out;
+            assert_eq!(
+                [o.sum, o.norm, o.f32, o.q, o.d].map(AP),
+                [rn[4], rn[5], rn[6], rn[9], rn[10]]
+            );
         }
     }
 
@@ -705,6 +759,18 @@ mod tests {
         assert!(plan(&chain(MAX_LAYERS + 1))
             .unwrap_err()
             .contains("more than"));
+        // An output norm the kernel does not run as residual_norm does: a post norm, another
+        // block size (another reduction), no quantization for the head.
+        let last = good.len() - 2;
+        let mut c = good.clone();
+        c[last].args[2] = AP(0x55);
+        assert!(plan(&c).unwrap_err().contains("output norm's shape"));
+        let mut c = good.clone();
+        c[last].block = 512;
+        assert!(plan(&c).unwrap_err().contains("output norm's shape"));
+        let mut c = good.clone();
+        c[last].args[9] = AP(0);
+        assert!(plan(&c).unwrap_err().contains("does not quantize"));
         // A chain without its output norm.
         let mut c = good;
         c.truncate(c.len() - 2);
@@ -781,6 +847,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(ClusterArgs, cgelu), 32);
         assert_eq!(std::mem::offset_of!(ClusterArgs, kc), 40);
         assert_eq!(std::mem::offset_of!(ClusterArgs, ffn_out), 104);
+        assert_eq!(std::mem::size_of::<ClusterOut>(), 40);
+        // The kernel's table holds the layers and the output norm's record after them.
+        assert!(crate::KERNEL_SOURCE.contains("layers[CL_MAX_LAYERS + 1];"));
         // The slots and vectors the kernel declares (kernels.cu CL_*), read from the source.
         let src = crate::KERNEL_SOURCE;
         assert!(src.contains("#define CL_D 576") && src.contains("#define CL_F 1536"));

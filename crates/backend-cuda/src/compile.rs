@@ -77,8 +77,51 @@ pub fn nvrtc_cubin(source: &str, arch: &str, options: &[&str]) -> Result<Vec<u8>
     nvrtc_compile(source, arch, options).map(|(cubin, _log)| cubin)
 }
 
-/// Registers per kernel, by entry name, as ptxas reports them.
-pub type KernelRegisters = Vec<(String, u32)>;
+/// What ptxas reports of one kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    pub name: String,
+    pub registers: u32,
+    /// Bytes a thread stores to local memory because its values did not fit its registers.
+    pub spill_stores: u32,
+}
+
+/// Every kernel's resources, as ptxas reported them.
+pub type KernelRegisters = Vec<KernelResources>;
+
+/// Reads ptxas's `--verbose` log: per entry function, its registers and spill stores.
+pub fn ptxas_resources(log: &str) -> KernelRegisters {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    let mut spills = 0;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_string);
+            spills = 0;
+        }
+        if let Some(before) = line
+            .split(" bytes spill stores")
+            .next()
+            .filter(|_| line.contains(" bytes spill stores"))
+        {
+            spills = before
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+        }
+        if let (Some(name), Some(rest)) = (&current, line.split("Used ").nth(1)) {
+            if let Some(n) = rest.split(' ').next().and_then(|n| n.parse().ok()) {
+                out.push(KernelResources {
+                    name: name.clone(),
+                    registers: n,
+                    spill_stores: spills,
+                });
+            }
+        }
+    }
+    out
+}
 
 /// Compiles like [`nvrtc_cubin`] with ptxas reporting its resources, and returns the cubin
 /// with the registers each kernel uses (by entry name). A kernel launched with more threads
@@ -93,19 +136,7 @@ pub fn nvrtc_registers(
     let mut opts = options.to_vec();
     opts.push("--ptxas-options=--verbose");
     let (cubin, log) = nvrtc_compile(source, arch, &opts)?;
-    let mut regs = Vec::new();
-    let mut current: Option<String> = None;
-    for line in log.lines() {
-        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-            current = rest.split('\'').next().map(str::to_string);
-        }
-        if let (Some(name), Some(rest)) = (&current, line.split("Used ").nth(1)) {
-            if let Some(n) = rest.split(' ').next().and_then(|n| n.parse().ok()) {
-                regs.push((name.clone(), n));
-            }
-        }
-    }
-    Ok((cubin, regs))
+    Ok((cubin, ptxas_resources(&log)))
 }
 
 /// The PTX NVRTC makes of `source` for a virtual architecture (`compute_90`): what the
@@ -252,6 +283,35 @@ mod tests {
         store_cached(&dir, "bad", b"not an elf");
         assert!(load_cached(&dir, "bad").is_none());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn ptxas_log_gives_each_kernels_registers_and_spills() {
+        // ptxas's --verbose lines as NVRTC's log carries them (session 38's cluster kernel).
+        let log = "ptxas info    : Compiling entry function 'add' for 'sm_90'\n\
+            ptxas info    : Function properties for add\n\
+            \x20   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+            ptxas info    : Used 12 registers, used 0 barriers, 384 bytes cmem[0]\n\
+            ptxas info    : Compiling entry function 'decode_layers_cluster' for 'sm_90a'\n\
+            ptxas info    : Function properties for decode_layers_cluster\n\
+            \x20   24 bytes stack frame, 20 bytes spill stores, 20 bytes spill loads\n\
+            ptxas info    : Used 128 registers, used 1 barriers, 24 bytes cumulative stack size\n";
+        let r = ptxas_resources(log);
+        assert_eq!(
+            r,
+            vec![
+                KernelResources {
+                    name: "add".into(),
+                    registers: 12,
+                    spill_stores: 0
+                },
+                KernelResources {
+                    name: "decode_layers_cluster".into(),
+                    registers: 128,
+                    spill_stores: 20
+                },
+            ]
+        );
     }
 
     #[test]

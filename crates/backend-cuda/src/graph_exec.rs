@@ -30,6 +30,25 @@ pub(crate) struct StepGraph {
     /// With the cluster decode step: its layer table, which the graph's kernel reads, and the
     /// layers it runs.
     cluster: Option<(CudaSlice<u64>, usize)>,
+    /// With the LM head as `mmv_head2r` ([`head_rewrite`]): where it can also write the logits
+    /// on the host.
+    head: Option<HostHead>,
+}
+
+/// A replayed step's LM head that can write its rows into mapped page-locked memory as it
+/// computes them (kernels.cu `mmv_head2r_<id>`), so a step whose caller wants the logits on the
+/// host needs no copy after the graph.
+struct HostHead {
+    node: sys::CUgraphNode,
+    /// The node's launch, its arguments but the last (`yh`) as captured.
+    params: sys::CUDA_KERNEL_NODE_PARAMS,
+    args: [u64; 4],
+    ints: [i32; 3],
+    host: cudarc::driver::PinnedHostSlice<f32>,
+    /// The device's address of `host`.
+    host_dev: u64,
+    /// Whether the executable graph's head writes `host` now (`yh` given).
+    writes: std::cell::Cell<bool>,
 }
 
 // SAFETY: a graph must not be used from two threads at once; it is reachable only through the
@@ -64,6 +83,7 @@ impl StepGraph {
         stream: &Arc<CudaStream>,
         ours: Option<sys::CUmodule>,
         cluster: Option<sys::CUfunction>,
+        head: Option<HeadOf>,
     ) -> Result<Option<StepGraph>, DriverError> {
         stream.context().bind_to_thread()?;
         // SAFETY: the stream is valid and capturing (the caller began the capture).
@@ -75,6 +95,18 @@ impl StepGraph {
             // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
             Some(f) => match unsafe { cluster_rewrite(graph, f, stream) } {
                 Ok(c) => c,
+                Err(e) => {
+                    // SAFETY: destroyed once, on this error path only.
+                    let _ = unsafe { result::graph::destroy(graph) };
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
+        let head = match head {
+            // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
+            Some(h) => match unsafe { head_rewrite(graph, h, stream) } {
+                Ok(x) => x,
                 Err(e) => {
                     // SAFETY: destroyed once, on this error path only.
                     let _ = unsafe { result::graph::destroy(graph) };
@@ -111,7 +143,55 @@ impl StepGraph {
             stream: stream.clone(),
             programmatic_edges: edges,
             cluster,
+            head,
         }))
+    }
+
+    /// Whether this graph's LM head writes the logits on the host as well as on the device
+    /// ([`head_rewrite`]).
+    pub(crate) fn has_host_logits(&self) -> bool {
+        self.head.is_some()
+    }
+
+    /// Makes the next launches' LM head write the logits into page-locked memory (`on`) or
+    /// not; a driver call only when that changes. `Ok(false)`: this graph's head cannot.
+    pub(crate) fn host_logits(&self, on: bool) -> Result<bool, DriverError> {
+        let Some(h) = &self.head else {
+            return Ok(false);
+        };
+        if h.writes.get() != on {
+            let mut args = h.args;
+            let mut ints = h.ints;
+            let mut yh: u64 = if on { h.host_dev } else { 0 };
+            let mut argv: [*mut std::ffi::c_void; 8] = [
+                (&mut args[0] as *mut u64).cast(),
+                (&mut args[1] as *mut u64).cast(),
+                (&mut args[2] as *mut u64).cast(),
+                (&mut args[3] as *mut u64).cast(),
+                (&mut ints[0] as *mut i32).cast(),
+                (&mut ints[1] as *mut i32).cast(),
+                (&mut ints[2] as *mut i32).cast(),
+                (&mut yh as *mut u64).cast(),
+            ];
+            let mut p = h.params;
+            p.kernelParams = argv.as_mut_ptr();
+            p.extra = std::ptr::null_mut();
+            self.stream.context().bind_to_thread()?;
+            // SAFETY: `exec` was instantiated from `graph`, of which `node` is the head's kernel
+            // node; the parameters are its own launch with the eight arguments of
+            // mmv_head2r's signature, each pointing at a live value the driver copies during
+            // the call; `yh` is null or `host`'s device address, `m` floats (the node's rows).
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, h.node, &p) }.result()?;
+            h.writes.set(on);
+        }
+        Ok(true)
+    }
+
+    /// The logits the last launch wrote on the host (valid once it has finished, with
+    /// [`host_logits`](Self::host_logits) on).
+    pub(crate) fn host_rows(&self) -> Option<&[f32]> {
+        let h = self.head.as_ref().filter(|h| h.writes.get())?;
+        h.host.as_slice().ok()
     }
 
     /// The layers the cluster decode step runs in this graph (0: none).
@@ -370,7 +450,124 @@ unsafe fn kernel_call(node: sys::CUgraphNode) -> Result<cluster::Call, DriverErr
             });
         }
     }
-    Ok(cluster::Call { name, args })
+    Ok(cluster::Call {
+        name,
+        args,
+        block: p.blockDimX,
+    })
+}
+
+/// A step's LM head for [`head_rewrite`]: the device buffer its logits go to and their count.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadOf {
+    pub logits: u64,
+    pub len: usize,
+}
+
+/// Where the captured `graph` has the one-row LM head as `mmv_fast2r_<id>` writing `head`'s
+/// logits (its fourth argument), makes it `mmv_head2r_<id>` (the same launch and arithmetic,
+/// kernels.cu) and gives it a mapped page-locked buffer to write them to when asked
+/// ([`StepGraph::host_logits`]); `None`: no such node (the graph unchanged).
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn head_rewrite(
+    graph: sys::CUgraph,
+    head: HeadOf,
+    stream: &Arc<CudaStream>,
+) -> Result<Option<HostHead>, DriverError> {
+    // SAFETY: the caller's `graph` is valid.
+    let nodes = unsafe { graph_nodes(graph) }?;
+    for node in nodes {
+        // SAFETY: a node of `graph`, as the driver listed it.
+        let Some(k) = unsafe { kernel_node(node) }? else {
+            continue;
+        };
+        let Some(id) = k.name.strip_prefix("mmv_fast2r_") else {
+            continue;
+        };
+        // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
+        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
+        if p.kernelParams.is_null() || p.blockDimX != 128 || p.gridDimY != 1 {
+            continue;
+        }
+        // mmv_fast2r's arguments: W, xq, xd, y (pointers), n, k, m (ints).
+        // SAFETY: the node was launched with kernelParams, one pointer per argument of the
+        // kernel's signature (kernels.cu FAST_TWO_ROWS), each to a value of its size.
+        let arg = |i: usize| unsafe { *p.kernelParams.add(i) };
+        let (args, ints) = unsafe {
+            (
+                [0, 1, 2, 3].map(|i| (arg(i) as *const u64).read_unaligned()),
+                [4, 5, 6].map(|i| (arg(i) as *const i32).read_unaligned()),
+            )
+        };
+        if args[3] != head.logits || ints[0] != 1 || usize::try_from(ints[2]).ok() != Some(head.len)
+        {
+            continue;
+        }
+        let mut module = std::mem::MaybeUninit::<sys::CUmodule>::uninit();
+        // SAFETY: the node's function handle, valid while the module is loaded.
+        unsafe { sys::cuFuncGetModule(module.as_mut_ptr(), p.func) }.result()?;
+        let name = std::ffi::CString::new(format!("mmv_head2r_{id}"))
+            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
+        let mut func = std::mem::MaybeUninit::<sys::CUfunction>::uninit();
+        // SAFETY: the module the head's kernel came from, initialized by the call above; a
+        // module without the kernel answers an error, and the graph is left as it was.
+        if unsafe {
+            sys::cuModuleGetFunction(func.as_mut_ptr(), module.assume_init(), name.as_ptr())
+        }
+        .result()
+        .is_err()
+        {
+            return Ok(None);
+        }
+        // SAFETY: initialized by the successful call above.
+        p.func = unsafe { func.assume_init() };
+        // SAFETY: page-locked host memory of plain floats, mapped into the device's address
+        // space (DEVICEMAP); the head writes all `len` of them before the host reads any.
+        let host = unsafe {
+            stream
+                .context()
+                .alloc_pinned_with_flags::<f32>(head.len, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+        }?;
+        let mut host_dev: sys::CUdeviceptr = 0;
+        // SAFETY: `host` is a live mapped allocation of this context.
+        unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host.as_ptr()?.cast_mut().cast(), 0)
+        }
+        .result()?;
+        let mut a = args;
+        let mut n = ints;
+        let mut yh: u64 = 0;
+        let mut argv: [*mut std::ffi::c_void; 8] = [
+            (&mut a[0] as *mut u64).cast(),
+            (&mut a[1] as *mut u64).cast(),
+            (&mut a[2] as *mut u64).cast(),
+            (&mut a[3] as *mut u64).cast(),
+            (&mut n[0] as *mut i32).cast(),
+            (&mut n[1] as *mut i32).cast(),
+            (&mut n[2] as *mut i32).cast(),
+            (&mut yh as *mut u64).cast(),
+        ];
+        let mut q = p;
+        q.kernelParams = argv.as_mut_ptr();
+        q.extra = std::ptr::null_mut();
+        // SAFETY: a kernel node of `graph`; the new parameters are its launch with the eight
+        // arguments of mmv_head2r (the driver copies them during the call); yh null.
+        unsafe { sys::cuGraphKernelNodeSetParams_v2(node, &q) }.result()?;
+        p.kernelParams = std::ptr::null_mut();
+        return Ok(Some(HostHead {
+            node,
+            params: p,
+            args,
+            ints,
+            host,
+            host_dev,
+            writes: std::cell::Cell::new(false),
+        }));
+    }
+    Ok(None)
 }
 
 /// Replaces the layers of a captured one-row decode step by one launch of the cluster decode
@@ -415,6 +612,7 @@ unsafe fn cluster_rewrite(
             cluster::Call {
                 name: "(not a kernel)".into(),
                 args: Vec::new(),
+                block: 0,
             }
         };
         calls.push(call);
@@ -446,6 +644,11 @@ unsafe fn cluster_rewrite(
                 l.cs,
                 l.base,
             ]
+        })
+        .chain({
+            // the output norm's record, in a layer's room (kernels.cu ClusterOut)
+            let o = plan.out;
+            [o.norm, o.sum, o.f32, o.q, o.d, 0, 0, 0, 0, 0, 0]
         })
         .collect();
     let table = stream.clone_htod(&words)?;

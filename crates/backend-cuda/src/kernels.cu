@@ -3504,11 +3504,12 @@ __device__ __forceinline__ void fast_enter() {
 // rows of 576 / 640 values: 18 / 20 units) leaves lanes idle, and one unit a lane in flight
 // could not keep up with memory. Two rows a warp: the LM heads' (Q8_0, 49152 x 576 and 262144 x
 // 640) 15.3 / 79.4 us -> 9.7 / 48.3 us alone on the H200 (bench/gemv_lab/head_lab.cu, session 24).
+// With `stage` (mmv_head2r), lane 0 also puts its rows' values in stage[warp * NR + j].
 template <int TY, int NR>
 __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
                                              const signed char* __restrict__ xq,
                                              const Q8Blk* __restrict__ xd, float* __restrict__ y,
-                                             int k, int m, int r0) {
+                                             int k, int m, int r0, float* stage = nullptr) {
     constexpr int E = FastUnit<TY>::E;
     int lane = threadIdx.x & 31;
     int units = k / E;
@@ -3531,7 +3532,10 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
 #pragma unroll
     for (int j = 0; j < NR; j++) {
         float v = warp_sum_fixed(acc[j]);
-        if (lane == 0 && r0 + j < m) y[r0 + j] = v;
+        if (lane == 0 && r0 + j < m) {
+            y[r0 + j] = v;
+            if (stage != nullptr) stage[(threadIdx.x >> 5) * NR + j] = v;
+        }
     }
     TL_MARK(9);
 }
@@ -3567,8 +3571,28 @@ __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const 
                          const Q8Blk* xd, float* y0, float* y1, float* y2, int n, int k,        \
                          int m0, int m1, int m2) {                                              \
         mmv3_two_rows<TY, TY>(W0, W1, W2, xq, xd, y0, y1, y2, k, m0, m1, m2);                   \
+    }                                                                                           \
+    extern "C" __global__ void __launch_bounds__(128)                                           \
+        mmv_head2r_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,   \
+                        int k, int m, float* yh) {                                              \
+        __shared__ float st[8];                                                                 \
+        GRID_LAUNCH();                                                                          \
+        int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;                                     \
+        if (r0 < m) fast_rows_nr<TY, 2>(W, xq, xd, y, k, m, r0, st);                            \
+        else GRID_WAIT(); /* no store of this block's before the wait (the grid-wait audit) */  \
+        if (yh == nullptr) return;                                                              \
+        __syncthreads();                                                                        \
+        int b0 = blockIdx.x * 8, t = threadIdx.x;                                               \
+        if (t < 8 && b0 + t < m) yh[b0 + t] = st[t];                                            \
     }
 
+// mmv_head2r_<id>: mmv_fast2r_<id> (every value bitwise its) for a replayed step's LM head
+// (graph_exec::head_rewrite), which also writes its rows into mapped page-locked host memory
+// (yh, when given): the block's eight values staged in shared memory and stored as one
+// 32-byte write, so the logits reach the host as the head computes them instead of in a copy
+// after it (bench/gemv_lab/host_io.cu, session 38: SmolLM2's head and its 192 KiB out, 24.5 us
+// a step with the copy engine, 18.8 this way; a warp's own 4-byte stores to the host, 72.8).
+// Its launches have 128 threads (four warps, eight rows).
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the
 // tile paths: the 8-row tiles' registers would otherwise set the occupancy of every launch.
 // Same per-row arithmetic, so a row's result does not depend on which of the two ran.
@@ -4441,9 +4465,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 // query heads and 3 KV heads of 64, a feed-forward of 1536, Q4_1 weights, an f32 cache), as one
 // kernel on one cluster of 16 blocks of 512 threads, in place of the six kernels a layer of the
 // step graph runs (norm_mmv3_fast1_3 or rms_norm and mmv3_fast1_3, attention_decode_rope_64,
-// mmv_fast1_3, norm_gate_up_fast1_3, quantize_q8_32, mmv_fast1_3), with their arithmetic bit
-// for bit: graph_exec::cluster_rewrite replaces those nodes of a captured step by this one, and
-// check's replayed-vs-tapped invariance holds every replay to the eager kernels' logits.
+// mmv_fast1_3, norm_gate_up_fast1_3, quantize_q8_32, mmv_fast1_3) and of the output norm after
+// them (residual_norm, session 38), with their arithmetic bit for bit: graph_exec::cluster_rewrite
+// replaces those nodes of a captured step by this one, and check's replayed-vs-tapped invariance
+// holds every replay to the eager kernels' logits.
 //
 // A layer, in phases (bench/cluster_lab/step_cluster.cu is the lab it comes from):
 //   A (every block) the residual add and the attention norm, norm_row_shared's arithmetic (the
@@ -4543,6 +4568,20 @@ struct ClusterStep {
     float* ffn_out;     // the last layer's down projection
 };
 
+// The output norm after the last layer (residual_norm's work, session 38), on block 0: the
+// record after the layers in the layer table (host: graph_exec::cluster_rewrite), its weights
+// null for none (the lab's runs end at the last layer's down projection). Not in ClusterStep:
+// five more pointers there cost the layers' loop 0.25 us a layer (the kernel is at its 128
+// registers, and ptxas spilled 40 bytes instead of 24; session 38's lab).
+struct ClusterOut {
+    const float* norm;  // its weights
+    float* sum;         // ffn_inp + ffn_out
+    float* f32;         // that normed
+    signed char* q;     // and quantized (what the LM head reads)
+    Q8Blk* d;
+};
+static_assert(sizeof(ClusterOut) <= sizeof(ClusterLayer), "the record takes a layer's room");
+
 struct __align__(16) ClusterVecs {
     float xa[CL_D];       // the residual entering a layer
     float x1[CL_D];       // after the attention's residual add
@@ -4553,6 +4592,7 @@ struct __align__(16) ClusterVecs {
     float s_a[16 * CL_HD];  // attention: the scores' two parts, then the key groups' sums
     float s_p[ATT_D_MAX_KEYS];
     float s_q[CL_HD];
+    float onorm[CL_D];    // block 0: the output norm's weights
     float s_knew[CL_HD];  // the row's own k (rotated) and v, from the group's K and V blocks
     float s_vnew[CL_HD];
     double s_cs[CL_HD];
@@ -4701,7 +4741,7 @@ __device__ __forceinline__ void cl_rows(const u8* W, int row_bytes, int n, int u
 // norm_row_shared's arithmetic (no post norm) on rows in shared memory: sum = a + b (or a alone,
 // rms_norm's, when b is null), its RMS norm on the first 256 threads, quantized into sq / sd.
 __device__ __forceinline__ void cl_norm(const float* a, const float* b, float* sum, const float* w,
-                                        float eps, signed char* sq, Q8Blk* sd) {
+                                        float eps, signed char* sq, Q8Blk* sd, float* out = nullptr) {
     constexpr int NV = NORM_FUSED_NV, nt = 256, g = CL_D;
     static_assert(NV * nt >= g, "plan::norm_threads(576) threads hold the row");
     int t = threadIdx.x;
@@ -4714,7 +4754,7 @@ __device__ __forceinline__ void cl_norm(const float* a, const float* b, float* s
         if (b != nullptr) av[i] = av[i] + (in ? b[t + i * nt] : 0.0f);
         if (in) sum[t + i * nt] = av[i];
     }
-    norm_regs_w<NV, true>(av, wv, nullptr, g, eps, sq, sd, 0, r, nt, nullptr, nullptr);
+    norm_regs_w<NV, true>(av, wv, out, g, eps, sq, sd, 0, r, nt, nullptr, nullptr);
     __syncthreads();
 }
 
@@ -4823,6 +4863,13 @@ __device__ __forceinline__ void cl_layers(const ClusterCtx& c, const int n, cons
         const bool more = l + 1 < A.n_layers;
         const float* attn_norm = reinterpret_cast<const float*>(slots);
         const float* ffn_norm = reinterpret_cast<const float*>(slots + CL_OFF4);
+        // The kernel after this one (the LM head) launches when this grid ends. (Experiments,
+        // LOCKSTEP_CUDA_DEFINES: CL_LAUNCH_AT_LAYER from the start of the last layer, its blocks
+        // issuing their first weight loads and then waiting at griddepcontrol.wait;
+        // CL_LAUNCH_AT_DOWN from the last down phase.)
+#ifdef CL_LAUNCH_AT_LAYER
+        if (!more) GRID_LAUNCH();
+#endif
         // ---- A: the residual add and the attention norm (layer 0: rms_norm of the embedding)
         cl_wait(bar(0), par);
         if (l > 0) receive(7, CL_D * 4, par ^ 1);
@@ -5030,16 +5077,18 @@ __device__ __forceinline__ void cl_layers(const ClusterCtx& c, const int n, cons
             else issue(l + 1, 2);
         }
         // ---- F: down rows
+#ifdef CL_LAUNCH_AT_DOWN
+        if (!more) GRID_LAUNCH();
+#endif
         receive(6, CL_F + CL_F / 32 * (int)sizeof(Q8Blk), par);
         cl_wait(bar(3), par);
         cl_rows<8>(slots + CL_OFF3, CL_RB_F, CL_RDN, CL_F / 32, s.aq, s.ad, [&](int j, float v) {
             s.stage[j] = v;
             if (!more) A.ffn_out[rank * CL_RDN + j] = v;
         });
-        if (more) {
-            cl_push(s.stage, s.down_in, rank * CL_RDN, CL_RDN, &bars[7]);
-            issue(l + 1, 3);
-        }
+        // (the last layer's rows too, for the output norm after the layers)
+        cl_push(s.stage, s.down_in, rank * CL_RDN, CL_RDN, &bars[7]);
+        if (more) issue(l + 1, 3);
         TL_MARK(15);
     }
 }
@@ -5051,7 +5100,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
     // 0-3: the weight slots; 4: attention, 5: o, 6: activation, 7: down; 8: slot 4; 9: the
     // row's own k and v
     __shared__ __align__(8) unsigned long long bars[10];
-    __shared__ ClusterLayer layers[CL_MAX_LAYERS];
+    __shared__ ClusterLayer layers[CL_MAX_LAYERS + 1];  // and the output norm's record
     unsigned rank, dyn;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
     asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
@@ -5074,9 +5123,10 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
         for (int p = 0; p < 10; p++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar(p)));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // The layer table (written when the graph was built: read before the wait)
+    // The layer table and the output norm's record (written when the graph was built: read
+    // before the wait)
 #pragma unroll 1
-    for (int i = tid; i < A.n_layers * (int)(sizeof(ClusterLayer) / 8); i += CL_THREADS)
+    for (int i = tid; i < (A.n_layers + 1) * (int)(sizeof(ClusterLayer) / 8); i += CL_THREADS)
         reinterpret_cast<unsigned long long*>(layers)[i] = reinterpret_cast<const unsigned long long*>(A.layers)[i];
     __syncthreads();
     // Layer 0's weights before the grid wait (weights are written only at upload); an
@@ -5099,12 +5149,23 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) decode_layers_cluste
         }
     }
     const u32 own_slot = A.new_slots[0];
+    // the output norm's weights (written only at upload), for block 0 after the layers
+    const ClusterOut& out = *reinterpret_cast<const ClusterOut*>(&layers[A.n_layers]);
+    if (out.norm != nullptr && rank == 0)
+        for (int i = tid; i < CL_D; i += CL_THREADS) s.onorm[i] = out.norm[i];
     // every block's barriers are initialized (and its rows loaded) before anyone sends
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
     if (masked)
         cl_layers<true>(c, n, pos, moff, own_slot);
     else
         cl_layers<false>(c, n, pos, moff, own_slot);
+    // Every block waits for the last layer's down rows it was sent, so none leaves with bytes
+    // still on their way into it. The output norm: residual_norm's arithmetic (sum = ffn_inp +
+    // ffn_out, its RMS norm on the first plan::norm_threads(576) = 256 threads, as its one
+    // block of 256 runs it, quantized by q8_block), written where residual_norm writes, for
+    // the LM head, by block 0.
+    c.receive(7, CL_D * 4, (A.n_layers - 1) & 1);
+    if (out.norm != nullptr && rank == 0) cl_norm(s.xa, s.down_in, out.sum, s.onorm, A.eps, out.q, out.d, out.f32);
     // no block leaves while another may still send into it
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }

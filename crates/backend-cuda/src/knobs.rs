@@ -34,6 +34,8 @@
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
 //! | `TOPK=host` | logits reduced on the device | on the host |
 //! | `BATCH_UPLOADS=0` | a replay's tables in one copy | a copy each |
+//! | `PRESTAGE=0` | while a replay runs, the likely next decode step's tables are staged behind it | each step's tables staged before its launch |
+//! | `HOST_LOGITS=0` (graph_exec.rs) | a replayed one-row LM head writes the logits a caller wants on the host into page-locked memory as it computes them | a copy after the graph |
 //!
 //! Tools, not choices: `PROFILE`, `TIMELINE=FILE` (timeline.rs), `REPLAY_CLOCK=1`
 //! (replay_clock.rs), `CACHE=DIR` (compile.rs), `DEFINES="A B"` (an experiment's NVRTC defines;
@@ -187,6 +189,23 @@ pub(crate) fn two_rows_knob() -> Option<usize> {
         Ok(v) => v.parse().ok().filter(|&n: &usize| n > 0),
         Err(_) => Some(plan::TWO_ROWS_MIN),
     })
+}
+
+/// Whether a replay stages the likely next decode step's tables while its graph runs
+/// (`CudaBackend::prestage`); `LOCKSTEP_CUDA_PRESTAGE=0`: only before each launch (the same
+/// tables either way), for comparisons. Read once.
+pub(crate) fn prestage_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_PRESTAGE").map_or(true, |v| v != "0"))
+}
+
+/// Whether a replayed step's one-row LM head writes the logits into page-locked host memory
+/// itself when the caller wants them on the host (`graph_exec::head_rewrite`);
+/// `LOCKSTEP_CUDA_HOST_LOGITS=0`: the copy after the graph (the same values bitwise), for
+/// comparisons. Read once.
+pub(crate) fn host_logits_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_HOST_LOGITS").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row q/k/v launches (`matmul_fast_multi`) run two rows a warp where

@@ -575,6 +575,8 @@ struct Steps {
     pub programmatic_edges: usize,
     /// Captured graphs whose layers run as the cluster decode step.
     pub cluster_graphs: usize,
+    /// Captured graphs whose LM head can write the logits on the host (`head_rewrite`).
+    pub host_head_graphs: usize,
 }
 
 /// Attention's score buffers, grown on demand.
@@ -710,12 +712,13 @@ impl Drop for CudaBackend {
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
-                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step{}",
+                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step, {} with the head's logits on the host{}",
                 st.captures,
                 st.replays,
                 st.failed,
                 st.programmatic_edges,
                 st.cluster_graphs,
+                st.host_head_graphs,
                 if st.enabled {
                     ""
                 } else {
@@ -1086,6 +1089,7 @@ impl CudaBackend {
                 failed: 0,
                 programmatic_edges: 0,
                 cluster_graphs: 0,
+                host_head_graphs: 0,
             }),
             scores: RefCell::new(None),
             pinned: RefCell::new(None),
@@ -1876,14 +1880,14 @@ impl CudaBackend {
         let t0 = self.replay_clock.is_some().then(std::time::Instant::now);
         let mut changed = Vec::new();
         for (i, s) in store.inputs.iter_mut().enumerate() {
-            let host = s.kind.derive(batch)?;
+            let Some(host) = s.kind.derive_changed(batch, &s.host)? else {
+                continue;
+            };
             if !host.fits(s.cap) {
                 return Ok(false);
             }
-            if host != s.host {
-                s.host = host;
-                changed.push(i);
-            }
+            s.host = host;
+            changed.push(i);
         }
         let t1 = t0.map(|_| std::time::Instant::now());
         if let Err(e) = self.upload_tables(&mut store.inputs, &changed) {
@@ -1899,12 +1903,45 @@ impl CudaBackend {
         Ok(true)
     }
 
+    /// While a replay's graph runs: the tables of the step most likely to come next
+    /// (`steps::next_decode_batch`) written to the graph's buffers, queued behind the graph on
+    /// its stream, so the next restage finds them staged and writes only what differs (the
+    /// token ids; at a page's end the slots). The host would otherwise wait for the graph: this
+    /// takes the restage's trigonometry and uploads off the step's critical path
+    /// (`LOCKSTEP_CUDA_PRESTAGE=0`: not done). A guess that does not fit is not staged; a
+    /// failed write leaves the tables marked unknown, so the next restage writes them all.
+    fn prestage(&self, store: &mut StepStore, batch: &Batch) {
+        if !knobs::prestage_knob() {
+            return;
+        }
+        let Some(next) = steps::next_decode_batch(batch) else {
+            return;
+        };
+        let mut changed = Vec::new();
+        for (i, s) in store.inputs.iter_mut().enumerate() {
+            match s.kind.derive_changed(&next, &s.host) {
+                Ok(Some(host)) if host.fits(s.cap) => {
+                    s.host = host;
+                    changed.push(i);
+                }
+                _ => {}
+            }
+        }
+        if self.upload_tables(&mut store.inputs, &changed).is_err() {
+            for &i in &changed {
+                store.inputs[i].host = HostInput::U32(Vec::new());
+            }
+        }
+    }
+
     /// Writes the host tables of `inputs[i]` for every `i` in `changed` to their device
     /// buffers. With `batch_uploads` (a driver of CUDA 13 or later) all of them in one
     /// `cuMemcpyBatchAsync` call: a replay rewrites 4 to 6 small tables, and each copy queued
     /// on its own costs the host 3-4 us (the replay clock, session 23).
     fn upload_tables(&self, inputs: &mut [Staged], changed: &[usize]) -> Result<(), BackendError> {
-        if !self.batch_uploads || changed.is_empty() {
+        // One table (a step after its guess: the token ids) costs a plain copy less than a
+        // batch.
+        if !self.batch_uploads || changed.len() <= 1 {
             for &i in changed {
                 self.write_staged(&mut inputs[i])?;
             }
@@ -2315,6 +2352,40 @@ impl CudaBackend {
     /// `f` of the first `n` values of `buf` on the host, where they landed: the page-locked
     /// staging buffer itself (`LogitsOut::Lend`: no copy beyond the device's). `f` must not
     /// call back into the backend (the buffer is borrowed while it runs).
+    /// A replay's logits where its LM head wrote them on the host (`graph_exec::head_rewrite`):
+    /// once the step has finished, lent from there or copied into the host tensor `out` asks
+    /// for, as `logits_out` gives them after its copy.
+    fn logits_from_head(
+        &self,
+        g: &graph_exec::StepGraph,
+        logits: &CudaTensor,
+        out: LogitsOut<'_>,
+    ) -> Result<StepOut, BackendError> {
+        self.stream
+            .synchronize()
+            .unwrap_or_else(|e| device_failure("to_host", e));
+        if let Some(c) = self.replay_clock.as_ref() {
+            let mut c = c.borrow_mut();
+            if c.in_replay {
+                c.synced_at = Some(std::time::Instant::now());
+            }
+        }
+        let (rows, n_vocab) = (logits.rows, logits.cols);
+        let Some(host) = g.host_rows().and_then(|h| h.get(..rows * n_vocab)) else {
+            return Err(BackendError::Other(
+                "cuda step graph: the head's host rows are not there".into(),
+            ));
+        };
+        self.mark("to_host");
+        Ok(match out {
+            LogitsOut::Lend(to) => {
+                to.lend(host);
+                StepOut::Lent { rows, n_vocab }
+            }
+            _ => StepOut::from_host(HostTensor::matrix(rows, n_vocab, host.to_vec()), out),
+        })
+    }
+
     fn host_with<R>(
         &self,
         what: &str,
@@ -2921,6 +2992,14 @@ impl Backend for CudaBackend {
                 rc.events[i].record(&self.stream).is_ok()
             })
         };
+        // Logits wanted on the host: where the graph's head can write them there itself, it
+        // does, and no copy follows the graph.
+        let on_host = matches!(out, LogitsOut::Lend(_) | LogitsOut::Full);
+        let head_writes = c
+            .graph
+            .host_logits(on_host)
+            .map_err(|e| BackendError::Other(format!("cuda step graph's head: {e}")))?
+            && on_host;
         let before = clock_on(0);
         match (&self.timeline, c.timeline) {
             (Some(t), Some(id)) => t.borrow_mut().around(id, &self.stream, || c.graph.launch()),
@@ -2929,7 +3008,13 @@ impl Backend for CudaBackend {
         .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
         let after = clock_on(1);
         let t2 = now();
-        let h = self.logits_out(&c.out, out);
+        self.prestage(&mut c.store, batch);
+        let t2b = now();
+        let h = if head_writes {
+            self.logits_from_head(&c.graph, &c.out, out)
+        } else {
+            self.logits_out(&c.out, out)
+        };
         if let (Some(rc), Some(t0), Some(t1), Some(t2)) = (&self.replay_clock, t0, t1, t2) {
             let t3 = std::time::Instant::now();
             let mut rc = rc.borrow_mut();
@@ -2951,6 +3036,7 @@ impl Backend for CudaBackend {
                 tables: rc.upload.2,
                 launch_us: us(t2 - t1),
                 wait_us: us(synced.saturating_duration_since(t2)),
+                ahead_us: t2b.map_or(0.0, |b| us(b.saturating_duration_since(t2))),
                 finish_us: us(t3.saturating_duration_since(synced)),
                 graph_us: if timed { ms(0, 1) } else { None },
                 copy_us: if timed && rc.copy_recorded {
@@ -3063,10 +3149,17 @@ impl Backend for CudaBackend {
                     .as_ref()
                     .filter(|_| cluster::enabled())
                     .map(|f| f.cu_function());
+                // A one-row step's LM head may write the logits on the host itself.
+                let head =
+                    (logits.rows == 1 && knobs::host_logits_knob()).then(|| graph_exec::HeadOf {
+                        logits: logits.buf().device_ptr(&self.stream).0,
+                        len: logits.cols,
+                    });
                 let graph = graph_exec::StepGraph::end_capture(
                     &self.stream,
                     self.programmatic_module(),
                     cluster,
+                    head,
                 );
                 match (graph, st.broken.take(), store) {
                     (Ok(Some(graph)), None, Some(store)) => {
@@ -3083,6 +3176,7 @@ impl Backend for CudaBackend {
                         st.captures += 1;
                         st.programmatic_edges += graph.programmatic_edges;
                         st.cluster_graphs += usize::from(graph.cluster_layers() > 0);
+                        st.host_head_graphs += usize::from(graph.has_host_logits());
                         st.graphs.insert(
                             store.key,
                             Captured {

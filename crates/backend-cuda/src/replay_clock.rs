@@ -26,6 +26,9 @@ pub struct ReplaySample {
     pub launch_us: f64,
     /// From the launch's return until the logits are on the host (the host waits).
     pub wait_us: f64,
+    /// Of `wait_us`: the next step's tables guessed and written while the graph runs
+    /// (`prestage`).
+    pub ahead_us: f64,
     /// Handing the logits over (out of the page-locked staging buffer) and the rest.
     pub finish_us: f64,
     /// Device: from the event before the graph to the one after it.
@@ -110,6 +113,11 @@ impl ReplayClock {
             Some(wait),
             "host: waiting for the graph and the logits' copy",
         );
+        row(
+            "  ahead",
+            mean(&|x| Some(x.ahead_us)),
+            "of which staging the next step's tables, the graph running",
+        );
         row("finish", Some(finish), "host: the logits handed over");
         row(
             "step",
@@ -143,6 +151,7 @@ mod tests {
             tables: 5,
             launch_us: 5.0,
             wait_us: 70.0,
+            ahead_us: 7.0,
             finish_us: 15.0,
             graph_us: graph,
             copy_us: Some(4.0),
@@ -164,6 +173,11 @@ mod tests {
         assert!(t.contains("between         30.0  23.1%"), "{t}");
         assert!(t.contains("restage         10.0   7.7%"), "{t}");
         assert!(t.contains("  upload         6.0   4.6%  of which writing the changed tables (3.0 of 5.0 a step)"), "{t}");
+        // ahead is part of wait, not added to the step
+        assert!(
+            t.contains("  ahead          7.0   5.4%  of which staging"),
+            "{t}"
+        );
         assert!(t.contains("step           130.0 100.0%"), "{t}");
         // graph only in one sample.
         assert!(t.contains("graph           60.0  46.2%"), "{t}");

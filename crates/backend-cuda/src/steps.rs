@@ -99,6 +99,23 @@ impl InputKind {
         }
     }
 
+    /// The table for `batch` where it differs from `staged` (what the device holds), `None`
+    /// where it is the same. A rope table is a function of its positions: only those are
+    /// compared, so an unchanged table costs no trigonometry.
+    pub fn derive_changed(
+        self,
+        batch: &Batch,
+        staged: &HostInput,
+    ) -> Result<Option<HostInput>, BackendError> {
+        if let (InputKind::Rope { .. }, HostInput::Rope { positions, .. }) = (self, staged) {
+            if *positions == batch.positions {
+                return Ok(None);
+            }
+        }
+        let host = self.derive(batch)?;
+        Ok((host != *staged).then_some(host))
+    }
+
     /// Room for this input in any step of `n_tokens` rows and `n_outputs` outputs.
     pub fn capacity(self, n_tokens: usize, n_outputs: usize) -> Capacity {
         let none = Capacity {
@@ -159,6 +176,27 @@ pub fn score_room(cap: Capacity, host: &HostInput) -> usize {
     cap.scores.max(need).max(1)
 }
 
+/// The step most likely to follow the decode step `batch`, for staging its tables while
+/// `batch`'s graph runs (the cuda backend's `prestage`): every sequence one position on, its
+/// new key in the slot after its last one (the engine's pages are runs of consecutive slots,
+/// so this holds but at a page's end), the same tokens. A guess: the step that comes is
+/// staged from its own tables as always, and only the tables that differ from the guess are
+/// written again. `None` for what is not a plain decode step (a row of several tokens, a mask).
+pub fn next_decode_batch(batch: &Batch) -> Option<Batch> {
+    if batch.seqs.is_empty() || batch.seqs.iter().any(|s| s.n_rows != 1 || s.mask.is_some()) {
+        return None;
+    }
+    let mut next = batch.clone();
+    for s in &mut next.seqs {
+        let slot = s.kv_slots.last()?.checked_add(1)?;
+        s.first_pos = s.first_pos.checked_add(1)?;
+        s.kv_slots.push(slot);
+        *next.positions.get_mut(s.first_row)? = s.first_pos;
+        *next.slots.get_mut(s.first_row)? = slot;
+    }
+    Some(next)
+}
+
 /// Steps of at most this many rows are recorded and replayed (decode and small batches; a
 /// long prefill is bound by its matmuls, not by launches, and its shape rarely recurs).
 pub const MAX_GRAPH_TOKENS: usize = 64;
@@ -191,6 +229,77 @@ mod tests {
             seqs,
             output_rows: (0..pos.len()).collect(),
         }
+    }
+
+    #[test]
+    fn the_guessed_next_step_is_the_engines_next_step_inside_a_page() {
+        // Two sequences at positions 2 and 0, their keys in pages of consecutive slots.
+        let b = decode_batch(&[2, 0], &[vec![16, 17, 18], vec![32]]);
+        let n = next_decode_batch(&b).unwrap();
+        assert_eq!(n.positions, vec![3, 1]);
+        assert_eq!(n.slots, vec![19, 33]);
+        assert_eq!(n.tokens, b.tokens);
+        assert_eq!(n.seqs[0].kv_slots, vec![16, 17, 18, 19]);
+        assert_eq!(
+            (n.seqs[1].first_pos, n.seqs[1].kv_slots.clone()),
+            (1, vec![32, 33])
+        );
+        // Its tables are the ones that step would derive.
+        let kinds = [
+            InputKind::KvSlots { n_slots: 64 },
+            InputKind::Attn {
+                n_heads: 2,
+                n_slots: 64,
+            },
+        ];
+        let real = decode_batch(&[3, 1], &[vec![16, 17, 18, 19], vec![32, 33]]);
+        for k in kinds {
+            assert_eq!(k.derive(&n).unwrap(), k.derive(&real).unwrap(), "{k:?}");
+        }
+        // Not a plain decode step: no guess.
+        let mut m = b.clone();
+        m.seqs[0].mask = Some(vec![true; 3]);
+        assert!(next_decode_batch(&m).is_none());
+        let mut p = b;
+        p.seqs[0].n_rows = 2;
+        assert!(next_decode_batch(&p).is_none());
+    }
+
+    #[test]
+    fn a_table_is_derived_again_only_where_it_changed() {
+        let b = decode_batch(&[2, 0], &[vec![7, 8, 9], vec![3]]);
+        let rope = InputKind::Rope {
+            n_rot: 4,
+            base_bits: 10000f32.to_bits(),
+        };
+        let staged = rope.derive(&b).unwrap();
+        assert_eq!(rope.derive_changed(&b, &staged).unwrap(), None);
+        // Same positions: the rope table is taken as staged, whatever it holds.
+        let HostInput::Rope { positions, .. } = staged.clone() else {
+            panic!("rope")
+        };
+        let stale = HostInput::Rope {
+            positions,
+            table: Vec::new(),
+        };
+        assert_eq!(rope.derive_changed(&b, &stale).unwrap(), None);
+        let moved = decode_batch(&[3, 1], &[vec![7, 8, 9, 10], vec![3, 4]]);
+        assert_eq!(
+            rope.derive_changed(&moved, &staged).unwrap(),
+            Some(rope.derive(&moved).unwrap())
+        );
+        let ids = InputKind::Ids { vocab: 100 };
+        let staged = ids.derive(&b).unwrap();
+        assert_eq!(ids.derive_changed(&b, &staged).unwrap(), None);
+        let mut other = b.clone();
+        other.tokens[1] = 50;
+        assert_eq!(
+            ids.derive_changed(&other, &staged).unwrap(),
+            Some(HostInput::U32(vec![10, 50]))
+        );
+        // The op's checks still run.
+        other.tokens[0] = 100;
+        assert!(ids.derive_changed(&other, &staged).is_err());
     }
 
     #[test]

@@ -20,6 +20,10 @@ fn nvrtc_present() -> bool {
     false
 }
 
+/// The most bytes a thread of `decode_layers_cluster` may spill (NVRTC 13's ptxas: 20 for
+/// session 38's kernel; session 37's spilled 24, the first build of session 38's 40).
+const CLUSTER_SPILL_BOUND: u32 = 24;
+
 /// The options of the `cuda` backend's default build: fast numerics' norms and activations in
 /// f32 (lib.rs; the exact kernels' f64 build is one of the comparison builds below).
 fn fast_options() -> Vec<&'static str> {
@@ -83,19 +87,43 @@ fn kernels_compile_for_sm90() {
         }
     };
     assert!(regs.len() > 50, "ptxas reported {} kernels", regs.len());
-    for (name, n) in regs {
-        let threads = largest_block(name);
+    for k in regs {
+        let threads = largest_block(&k.name);
         assert!(
-            n * threads <= 65536,
-            "{name}: {n} registers x {threads} threads exceed the register file"
+            k.registers * threads <= 65536,
+            "{}: {} registers x {threads} threads exceed the register file",
+            k.name,
+            k.registers
         );
     }
-    for (name, n) in regs.iter().filter(|(n, _)| {
-        n.starts_with("gate_up_q8") || n.starts_with("attention_decode") || n.starts_with("norm_")
+    for k in regs.iter().filter(|k| {
+        let n = &k.name;
+        n.starts_with("gate_up_q8")
+            || n.starts_with("attention_decode")
+            || n.starts_with("norm_")
+            || n == "decode_layers_cluster"
     }) {
-        eprintln!("{name}: {n} registers");
+        eprintln!(
+            "{}: {} registers, {} bytes of spill stores",
+            k.name, k.registers, k.spill_stores
+        );
     }
+    // The cluster decode step runs at its 128 registers a thread, and what ptxas spills is on
+    // every layer's path: five more pointers in its argument spilled 40 bytes instead of 24
+    // and cost 0.25 us a layer, 2.5% of SmolLM2's tg128 (session 38's lab). A change that
+    // spills more is measured before it is kept.
+    let cluster = regs
+        .iter()
+        .find(|k| k.name == "decode_layers_cluster")
+        .expect("no report for decode_layers_cluster");
+    assert!(
+        cluster.spill_stores <= CLUSTER_SPILL_BOUND,
+        "decode_layers_cluster spills {} bytes a thread (at most {CLUSTER_SPILL_BOUND}): time it \
+         in bench/cluster_lab/step_cluster.cu before raising the bound",
+        cluster.spill_stores
+    );
     for k in [
+        "decode_layers_cluster",
         "rms_norm",
         "residual_norm",
         "rope_store",
@@ -108,12 +136,12 @@ fn kernels_compile_for_sm90() {
         "attention_decode_rope_64",
         "attention_decode_rope_128",
     ] {
-        assert!(regs.iter().any(|(n, _)| n == k), "no report for {k}");
+        assert!(regs.iter().any(|r| r.name == k), "no report for {k}");
     }
     // Every two-type q/k/v kernel the host loads is built (kernels.cu MIXED_QKV_FOR).
     for &(qk, v) in plan::MIXED_QKV {
         let k = format!("norm_mmv3_fast1_{}_{}", qk.id(), v.id());
-        assert!(regs.iter().any(|(n, _)| *n == k), "no report for {k}");
+        assert!(regs.iter().any(|r| r.name == k), "no report for {k}");
     }
 }
 
