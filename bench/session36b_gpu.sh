@@ -14,14 +14,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 ( $B synth --like smollm2 --type Q4_1 --metadata-from .device/smollm2-meta.gguf -o /tmp/smol.gguf > /dev/null 2>&1
   nice -n 5 $B bench --backend cuda -m /tmp/smol.gguf -p 0 -n 2 -r 1 > /dev/null 2>&1 ) &
 LB=/tmp/lc/b/bin/llama-bench
-mkdir -p /tmp/lc && tar -xJf .device/llama.cpp.tar.xz -C /tmp/lc
-G=""; command -v ninja > /dev/null && G="-G Ninja"
-cmake -S /tmp/lc/llama.cpp -B /tmp/lc/b $G -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90-real -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-  -DLLAMA_BUILD_SERVER=OFF > $O/cmake.log 2>&1 || { echo "cmake failed"; tail -20 $O/cmake.log; }
-timeout 300 cmake --build /tmp/lc/b --target llama-bench -j 18 > $O/build.log 2>&1
-echo "llama-bench build rc $?"; wait; el
+bash bench/llama_bench_build.sh $O 300; wait; el
 [ -x $LB ] && $LB --version 2>&1 | tail -1
 echo "== llama.cpp"
 [ -x $LB ] && $LB -m /tmp/smol.gguf -p 0 -n 128 -ngl 99 -r 3 -fa 0,1 -o md 2>&1 | grep -E '^\| [a-z]' | grep -v model

@@ -91,40 +91,24 @@ impl StepGraph {
         if graph.is_null() {
             return Ok(None);
         }
+        // A step's value, or on its error the graph destroyed (once: every error returns).
+        let or_destroy = |e: DriverError| {
+            // SAFETY: `graph` is the graph just captured, destroyed on this error path only.
+            let _ = unsafe { result::graph::destroy(graph) };
+            e
+        };
+        // SAFETY (the three rewrites): `graph` is the valid graph just captured, not yet
+        // instantiated.
         let cluster = match cluster {
-            // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
-            Some(f) => match unsafe { cluster_rewrite(graph, f, stream) } {
-                Ok(c) => c,
-                Err(e) => {
-                    // SAFETY: destroyed once, on this error path only.
-                    let _ = unsafe { result::graph::destroy(graph) };
-                    return Err(e);
-                }
-            },
+            Some(f) => unsafe { cluster_rewrite(graph, f, stream) }.map_err(or_destroy)?,
             None => None,
         };
         let head = match head {
-            // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
-            Some(h) => match unsafe { head_rewrite(graph, h, stream) } {
-                Ok(x) => x,
-                Err(e) => {
-                    // SAFETY: destroyed once, on this error path only.
-                    let _ = unsafe { result::graph::destroy(graph) };
-                    return Err(e);
-                }
-            },
+            Some(h) => unsafe { head_rewrite(graph, h, stream) }.map_err(or_destroy)?,
             None => None,
         };
         let edges = match ours {
-            // SAFETY: `graph` is the valid graph just captured, not yet instantiated.
-            Some(m) => match unsafe { make_programmatic(graph, m) } {
-                Ok(n) => n,
-                Err(e) => {
-                    // SAFETY: destroyed once, on this error path only.
-                    let _ = unsafe { result::graph::destroy(graph) };
-                    return Err(e);
-                }
-            },
+            Some(m) => unsafe { make_programmatic(graph, m) }.map_err(or_destroy)?,
             None => 0,
         };
         // SAFETY: a valid graph; flags 0.
@@ -163,16 +147,7 @@ impl StepGraph {
             let mut args = h.args;
             let mut ints = h.ints;
             let mut yh: u64 = if on { h.host_dev } else { 0 };
-            let mut argv: [*mut std::ffi::c_void; 8] = [
-                (&mut args[0] as *mut u64).cast(),
-                (&mut args[1] as *mut u64).cast(),
-                (&mut args[2] as *mut u64).cast(),
-                (&mut args[3] as *mut u64).cast(),
-                (&mut ints[0] as *mut i32).cast(),
-                (&mut ints[1] as *mut i32).cast(),
-                (&mut ints[2] as *mut i32).cast(),
-                (&mut yh as *mut u64).cast(),
-            ];
+            let mut argv = head_argv(&mut args, &mut ints, &mut yh);
             let mut p = h.params;
             p.kernelParams = argv.as_mut_ptr();
             p.extra = std::ptr::null_mut();
@@ -457,6 +432,23 @@ unsafe fn kernel_call(node: sys::CUgraphNode) -> Result<cluster::Call, DriverErr
     })
 }
 
+/// `mmv_head2r`'s kernel parameters (W, xq, xd, y; n, k, m; yh), pointing at the values given,
+/// which must outlive the driver call that reads them.
+fn head_argv(args: &mut [u64; 4], ints: &mut [i32; 3], yh: &mut u64) -> [*mut std::ffi::c_void; 8] {
+    let [a0, a1, a2, a3] = args;
+    let [n, k, m] = ints;
+    [
+        (a0 as *mut u64).cast(),
+        (a1 as *mut u64).cast(),
+        (a2 as *mut u64).cast(),
+        (a3 as *mut u64).cast(),
+        (n as *mut i32).cast(),
+        (k as *mut i32).cast(),
+        (m as *mut i32).cast(),
+        (yh as *mut u64).cast(),
+    ]
+}
+
 /// A step's LM head for [`head_rewrite`]: the device buffer its logits go to and their count.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct HeadOf {
@@ -540,16 +532,7 @@ unsafe fn head_rewrite(
         let mut a = args;
         let mut n = ints;
         let mut yh: u64 = 0;
-        let mut argv: [*mut std::ffi::c_void; 8] = [
-            (&mut a[0] as *mut u64).cast(),
-            (&mut a[1] as *mut u64).cast(),
-            (&mut a[2] as *mut u64).cast(),
-            (&mut a[3] as *mut u64).cast(),
-            (&mut n[0] as *mut i32).cast(),
-            (&mut n[1] as *mut i32).cast(),
-            (&mut n[2] as *mut i32).cast(),
-            (&mut yh as *mut u64).cast(),
-        ];
+        let mut argv = head_argv(&mut a, &mut n, &mut yh);
         let mut q = p;
         q.kernelParams = argv.as_mut_ptr();
         q.extra = std::ptr::null_mut();
