@@ -481,7 +481,7 @@ unsafe fn head_rewrite(
         // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
         let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
         unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
-        if p.kernelParams.is_null() || p.blockDimX != 128 || p.gridDimY != 1 {
+        if p.kernelParams.is_null() || p.blockDimX != crate::plan::FAST_THREADS || p.gridDimY != 1 {
             continue;
         }
         // mmv_fast2r's arguments: W, xq, xd, y (pointers), n, k, m (ints).

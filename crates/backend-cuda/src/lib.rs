@@ -2349,9 +2349,6 @@ impl CudaBackend {
         self.host_with(what, buf, n, <[f32]>::to_vec)
     }
 
-    /// `f` of the first `n` values of `buf` on the host, where they landed: the page-locked
-    /// staging buffer itself (`LogitsOut::Lend`: no copy beyond the device's). `f` must not
-    /// call back into the backend (the buffer is borrowed while it runs).
     /// A replay's logits where its LM head wrote them on the host (`graph_exec::head_rewrite`):
     /// once the step has finished, lent from there or copied into the host tensor `out` asks
     /// for, as `logits_out` gives them after its copy.
@@ -2386,6 +2383,9 @@ impl CudaBackend {
         })
     }
 
+    /// `f` of the first `n` values of `buf` on the host, where they landed: the page-locked
+    /// staging buffer itself (`LogitsOut::Lend`: no copy beyond the device's). `f` must not
+    /// call back into the backend (the buffer is borrowed while it runs).
     fn host_with<R>(
         &self,
         what: &str,
