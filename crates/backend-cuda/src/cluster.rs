@@ -488,7 +488,7 @@ pub fn enabled() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn call(name: &str, args: Vec<Arg>) -> Call {
@@ -779,7 +779,7 @@ mod tests {
 
     /// The parameter kinds of a kernel as kernels.cu declares it: the list after `marker`, up to
     /// its closing parenthesis, with the two argument macros expanded.
-    fn declared(marker: &str) -> Vec<Kind> {
+    pub(crate) fn declared(marker: &str) -> Vec<Kind> {
         let src = crate::KERNEL_SOURCE;
         let macro_body = |name: &str| -> String {
             let at = src

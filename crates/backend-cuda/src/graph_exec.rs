@@ -33,6 +33,43 @@ pub(crate) struct StepGraph {
     /// With the LM head as `mmv_head2r` ([`head_rewrite`]): where it can also write the logits
     /// on the host.
     head: Option<HostHead>,
+    /// With the embedding as `embed_rows_gated` ([`gate_rewrite`]): the gate its token comes
+    /// through.
+    gate: Option<Gate>,
+}
+
+/// A one-token step graph's gate (kernels.cu `embed_rows_gated`): the word in mapped
+/// page-locked memory the embedding polls for its launch's ticket and token, the word it
+/// answers with the token it used, and the launches so far (the device counts them too).
+/// A launch made before its token is known ([`StepGraph::prelaunch`]) stays `pending` until
+/// [`StepGraph::open`] or [`StepGraph::cancel`] writes its gate.
+struct Gate {
+    /// The two mapped words, owned here (the device and `gate_ptr` / `ack_ptr` use them).
+    _gate: cudarc::driver::PinnedHostSlice<u64>,
+    _ack: cudarc::driver::PinnedHostSlice<u64>,
+    /// The host's addresses of `gate` and `ack`, taken once (their accessors synchronize).
+    gate_ptr: *mut u64,
+    ack_ptr: *const u64,
+    /// Device words: the launches counted, and the head's skip flag.
+    _count: CudaSlice<u32>,
+    _skip: CudaSlice<u32>,
+    launches: std::cell::Cell<u32>,
+    pending: std::cell::Cell<Option<u32>>,
+}
+
+/// What the gate holds to cancel a launch: a token no table has (kernels.cu treats it as a
+/// timeout: token 0, the host's logits untouched).
+const GATE_CANCEL: u32 = u32::MAX;
+
+/// A gate word: the launch's ticket and its token.
+pub(crate) fn gate_word(ticket: u32, token: u32) -> u64 {
+    (u64::from(ticket) << 32) | u64::from(token)
+}
+
+/// What the embedding answers for a launch that ran with `token`, or for one that timed out or
+/// was cancelled (`None`).
+pub(crate) fn ack_word(ticket: u32, token: Option<u32>) -> u64 {
+    gate_word(ticket, token.unwrap_or(GATE_CANCEL))
 }
 
 /// A replayed step's LM head that can write its rows into mapped page-locked memory as it
@@ -49,6 +86,8 @@ struct HostHead {
     host_dev: u64,
     /// Whether the executable graph's head writes `host` now (`yh` given).
     writes: std::cell::Cell<bool>,
+    /// The gate's skip flag (device address), or 0 without a gate.
+    skip: u64,
 }
 
 // SAFETY: a graph must not be used from two threads at once; it is reachable only through the
@@ -58,6 +97,12 @@ unsafe impl Send for StepGraph {}
 
 impl Drop for StepGraph {
     fn drop(&mut self) {
+        // A launch of a gated graph reads `gate` and writes `ack`, which go with this value: a
+        // launch waiting at its gate is released, and every launch finishes first.
+        if self.gate.is_some() {
+            self.cancel();
+            let _ = self.stream.synchronize();
+        }
         // SAFETY: both handles were created by `end_capture` and are destroyed once, here;
         // errors at teardown have nowhere to go.
         unsafe {
@@ -84,6 +129,7 @@ impl StepGraph {
         ours: Option<sys::CUmodule>,
         cluster: Option<sys::CUfunction>,
         head: Option<HeadOf>,
+        gate: Option<GateOf>,
     ) -> Result<Option<StepGraph>, DriverError> {
         stream.context().bind_to_thread()?;
         // SAFETY: the stream is valid and capturing (the caller began the capture).
@@ -97,14 +143,19 @@ impl StepGraph {
             let _ = unsafe { result::graph::destroy(graph) };
             e
         };
-        // SAFETY (the three rewrites): `graph` is the valid graph just captured, not yet
+        // SAFETY (the four rewrites): `graph` is the valid graph just captured, not yet
         // instantiated.
         let cluster = match cluster {
             Some(f) => unsafe { cluster_rewrite(graph, f, stream) }.map_err(or_destroy)?,
             None => None,
         };
+        let gate = match gate {
+            Some(g) => unsafe { gate_rewrite(graph, g, stream) }.map_err(or_destroy)?,
+            None => None,
+        };
+        let skip = gate.as_ref().map_or(0, |g| g._skip.device_ptr(stream).0);
         let head = match head {
-            Some(h) => unsafe { head_rewrite(graph, h, stream) }.map_err(or_destroy)?,
+            Some(h) => unsafe { head_rewrite(graph, h, skip, stream) }.map_err(or_destroy)?,
             None => None,
         };
         let edges = match ours {
@@ -128,7 +179,83 @@ impl StepGraph {
             programmatic_edges: edges,
             cluster,
             head,
+            gate,
         }))
+    }
+
+    /// Whether this graph's embedding takes its token through a gate ([`gate_rewrite`]): every
+    /// launch then goes through [`launch_with`](Self::launch_with) or
+    /// [`prelaunch`](Self::prelaunch).
+    pub(crate) fn gated(&self) -> bool {
+        self.gate.is_some()
+    }
+
+    /// Writes the gate word (a plain store to the mapped page; the device polls it).
+    fn write_gate(g: &Gate, word: u64) {
+        // SAFETY: `gate_ptr` is the host address of `gate`, a live mapped page-locked
+        // allocation of one u64 owned by `g`; a volatile store, so it is made now and once.
+        unsafe { std::ptr::write_volatile(g.gate_ptr, word) };
+    }
+
+    /// Launches a gated graph with its token already at the gate; returns the launch's
+    /// ticket. An ungated graph is launched as it is (ticket 0).
+    pub(crate) fn launch_with(&self, token: u32) -> Result<u32, DriverError> {
+        let Some(g) = &self.gate else {
+            self.launch()?;
+            return Ok(0);
+        };
+        let ticket = g.launches.get().wrapping_add(1);
+        Self::write_gate(g, gate_word(ticket, token));
+        self.launch()?;
+        g.launches.set(ticket);
+        Ok(ticket)
+    }
+
+    /// Launches a gated graph before its token is known: the launch waits at its gate until
+    /// [`open`](Self::open) or [`cancel`](Self::cancel) (or kernels.cu's timeout). `Ok(false)`:
+    /// no gate, or a launch already pending; nothing launched.
+    pub(crate) fn prelaunch(&self) -> Result<bool, DriverError> {
+        let Some(g) = self.gate.as_ref().filter(|g| g.pending.get().is_none()) else {
+            return Ok(false);
+        };
+        let ticket = g.launches.get().wrapping_add(1);
+        self.launch()?;
+        g.launches.set(ticket);
+        g.pending.set(Some(ticket));
+        Ok(true)
+    }
+
+    /// Releases the pending launch with `token`; returns its ticket (`None`: none pending).
+    pub(crate) fn open(&self, token: u32) -> Option<u32> {
+        let g = self.gate.as_ref()?;
+        let ticket = g.pending.take()?;
+        Self::write_gate(g, gate_word(ticket, token));
+        Some(ticket)
+    }
+
+    /// Releases the pending launch as cancelled: it runs on token 0, its K/V into the slot
+    /// guessed for it, the host's logits untouched. Whether one was pending.
+    pub(crate) fn cancel(&self) -> bool {
+        let Some(g) = &self.gate else {
+            return false;
+        };
+        let Some(ticket) = g.pending.take() else {
+            return false;
+        };
+        Self::write_gate(g, gate_word(ticket, GATE_CANCEL));
+        true
+    }
+
+    /// Whether launch `ticket` (finished) ran with `token`: its embedding's answer.
+    pub(crate) fn ran_with(&self, ticket: u32, token: u32) -> bool {
+        let Some(g) = &self.gate else {
+            return true;
+        };
+        // SAFETY: `ack_ptr` is the host address of `ack`, a live mapped page-locked allocation
+        // of one u64 owned by `g`, written by the device; the launch has finished (the caller
+        // synchronized), so its store is visible; a volatile load.
+        let ack = unsafe { std::ptr::read_volatile(g.ack_ptr) };
+        ack == ack_word(ticket, Some(token))
     }
 
     /// Whether this graph's LM head writes the logits on the host as well as on the device
@@ -147,13 +274,14 @@ impl StepGraph {
             let mut args = h.args;
             let mut ints = h.ints;
             let mut yh: u64 = if on { h.host_dev } else { 0 };
-            let mut argv = head_argv(&mut args, &mut ints, &mut yh);
+            let mut skip = h.skip;
+            let mut argv = head_argv(&mut args, &mut ints, &mut yh, &mut skip);
             let mut p = h.params;
             p.kernelParams = argv.as_mut_ptr();
             p.extra = std::ptr::null_mut();
             self.stream.context().bind_to_thread()?;
             // SAFETY: `exec` was instantiated from `graph`, of which `node` is the head's kernel
-            // node; the parameters are its own launch with the eight arguments of
+            // node; the parameters are its own launch with the nine arguments of
             // mmv_head2r's signature, each pointing at a live value the driver copies during
             // the call; `yh` is null or `host`'s device address, `m` floats (the node's rows).
             unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.exec, h.node, &p) }.result()?;
@@ -432,9 +560,14 @@ unsafe fn kernel_call(node: sys::CUgraphNode) -> Result<cluster::Call, DriverErr
     })
 }
 
-/// `mmv_head2r`'s kernel parameters (W, xq, xd, y; n, k, m; yh), pointing at the values given,
-/// which must outlive the driver call that reads them.
-fn head_argv(args: &mut [u64; 4], ints: &mut [i32; 3], yh: &mut u64) -> [*mut std::ffi::c_void; 8] {
+/// `mmv_head2r`'s kernel parameters (W, xq, xd, y; n, k, m; yh, skip), pointing at the values
+/// given, which must outlive the driver call that reads them.
+fn head_argv(
+    args: &mut [u64; 4],
+    ints: &mut [i32; 3],
+    yh: &mut u64,
+    skip: &mut u64,
+) -> [*mut std::ffi::c_void; 9] {
     let [a0, a1, a2, a3] = args;
     let [n, k, m] = ints;
     [
@@ -446,6 +579,7 @@ fn head_argv(args: &mut [u64; 4], ints: &mut [i32; 3], yh: &mut u64) -> [*mut st
         (k as *mut i32).cast(),
         (m as *mut i32).cast(),
         (yh as *mut u64).cast(),
+        (skip as *mut u64).cast(),
     ]
 }
 
@@ -466,6 +600,7 @@ pub(crate) struct HeadOf {
 unsafe fn head_rewrite(
     graph: sys::CUgraph,
     head: HeadOf,
+    skip: u64,
     stream: &Arc<CudaStream>,
 ) -> Result<Option<HostHead>, DriverError> {
     // SAFETY: the caller's `graph` is valid.
@@ -532,12 +667,14 @@ unsafe fn head_rewrite(
         let mut a = args;
         let mut n = ints;
         let mut yh: u64 = 0;
-        let mut argv = head_argv(&mut a, &mut n, &mut yh);
+        let mut sk = skip;
+        let mut argv = head_argv(&mut a, &mut n, &mut yh, &mut sk);
         let mut q = p;
         q.kernelParams = argv.as_mut_ptr();
         q.extra = std::ptr::null_mut();
-        // SAFETY: a kernel node of `graph`; the new parameters are its launch with the eight
-        // arguments of mmv_head2r (the driver copies them during the call); yh null.
+        // SAFETY: a kernel node of `graph`; the new parameters are its launch with the nine
+        // arguments of mmv_head2r (the driver copies them during the call); yh null; skip
+        // null or the gate's device word.
         unsafe { sys::cuGraphKernelNodeSetParams_v2(node, &q) }.result()?;
         p.kernelParams = std::ptr::null_mut();
         return Ok(Some(HostHead {
@@ -548,9 +685,150 @@ unsafe fn head_rewrite(
             host,
             host_dev,
             writes: std::cell::Cell::new(false),
+            skip,
         }));
     }
     Ok(None)
+}
+
+/// A one-token step's embedding for [`gate_rewrite`]: the table's rows (the tokens it takes).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GateOf {
+    pub vocab: usize,
+}
+
+/// Where the captured `graph` embeds one token (`embed_rows`, one block), makes it
+/// `embed_rows_gated` (kernels.cu: the same rows dequantized the same way, its token from a
+/// gate in mapped page-locked memory) so the graph can be launched before its token is known;
+/// `None`: no such node (the graph unchanged).
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn gate_rewrite(
+    graph: sys::CUgraph,
+    of: GateOf,
+    stream: &Arc<CudaStream>,
+) -> Result<Option<Gate>, DriverError> {
+    let Ok(vocab) = i32::try_from(of.vocab) else {
+        return Ok(None);
+    };
+    // SAFETY: the caller's `graph` is valid.
+    let nodes = unsafe { graph_nodes(graph) }?;
+    let mut found = None;
+    for node in nodes {
+        // SAFETY: a node of `graph`, as the driver listed it.
+        let Some(k) = unsafe { kernel_node(node) }? else {
+            continue;
+        };
+        if k.name == "embed_rows" && k.blocks == 1 {
+            if found.is_some() {
+                // Two embeddings: not a step this knows.
+                return Ok(None);
+            }
+            found = Some(node);
+        }
+    }
+    let Some(node) = found else {
+        return Ok(None);
+    };
+    // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
+    if p.kernelParams.is_null() {
+        return Ok(None);
+    }
+    // embed_rows' arguments: table, ids, out (pointers), cols, ty, bs, ts (ints).
+    // SAFETY: the node was launched with kernelParams, one pointer per argument of the
+    // kernel's signature (kernels.cu embed_rows), each to a value of its size.
+    let arg = |i: usize| unsafe { *p.kernelParams.add(i) };
+    let (mut ptrs, mut ints) = unsafe {
+        (
+            [0, 1, 2].map(|i| (arg(i) as *const u64).read_unaligned()),
+            [3, 4, 5, 6].map(|i| (arg(i) as *const i32).read_unaligned()),
+        )
+    };
+    let mut module = std::mem::MaybeUninit::<sys::CUmodule>::uninit();
+    // SAFETY: the node's function handle, valid while the module is loaded.
+    unsafe { sys::cuFuncGetModule(module.as_mut_ptr(), p.func) }.result()?;
+    let mut func = std::mem::MaybeUninit::<sys::CUfunction>::uninit();
+    // SAFETY: the module the embedding came from, initialized by the call above; a module
+    // without the kernel answers an error, and the graph is left as it was.
+    if unsafe {
+        sys::cuModuleGetFunction(
+            func.as_mut_ptr(),
+            module.assume_init(),
+            c"embed_rows_gated".as_ptr(),
+        )
+    }
+    .result()
+    .is_err()
+    {
+        return Ok(None);
+    }
+    let mapped = |what: &cudarc::driver::PinnedHostSlice<u64>| -> Result<u64, DriverError> {
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `what` is a live mapped allocation of this context.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, what.as_ptr()?.cast_mut().cast(), 0) }
+            .result()?;
+        Ok(dev)
+    };
+    // SAFETY: page-locked host memory of plain u64s, mapped into the device's address space
+    // (DEVICEMAP); the host writes `gate` and reads `ack` only through volatile accesses.
+    let (mut gate, mut ack) = unsafe {
+        (
+            stream
+                .context()
+                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)?,
+            stream
+                .context()
+                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)?,
+        )
+    };
+    // Ticket 0 is never a launch's (the first is 1): a closed gate, no answer yet.
+    gate.as_mut_slice()?[0] = 0;
+    ack.as_mut_slice()?[0] = 0;
+    let (mut gate_dev, mut ack_dev) = (mapped(&gate)?, mapped(&ack)?);
+    let gate_ptr = gate.as_mut_ptr()?;
+    let ack_ptr = ack.as_ptr()?;
+    let count = stream.alloc_zeros::<u32>(1)?;
+    let skip = stream.alloc_zeros::<u32>(1)?;
+    let (mut count_dev, mut skip_dev) = (count.device_ptr(stream).0, skip.device_ptr(stream).0);
+    let mut vocab = vocab;
+    let [p0, p1, p2] = &mut ptrs;
+    let [i0, i1, i2, i3] = &mut ints;
+    let mut argv: [*mut std::ffi::c_void; 12] = [
+        (p0 as *mut u64).cast(),
+        (p1 as *mut u64).cast(),
+        (p2 as *mut u64).cast(),
+        (i0 as *mut i32).cast(),
+        (i1 as *mut i32).cast(),
+        (i2 as *mut i32).cast(),
+        (i3 as *mut i32).cast(),
+        (&mut gate_dev as *mut u64).cast(),
+        (&mut count_dev as *mut u64).cast(),
+        (&mut ack_dev as *mut u64).cast(),
+        (&mut skip_dev as *mut u64).cast(),
+        (&mut vocab as *mut i32).cast(),
+    ];
+    let mut q = p;
+    // SAFETY: initialized by the successful call above.
+    q.func = unsafe { func.assume_init() };
+    q.kernelParams = argv.as_mut_ptr();
+    q.extra = std::ptr::null_mut();
+    // SAFETY: a kernel node of `graph`; the new parameters are its launch with the twelve
+    // arguments of embed_rows_gated, each pointing at a live value the driver copies during
+    // the call; the words they point to live as long as the returned gate (the graph's).
+    unsafe { sys::cuGraphKernelNodeSetParams_v2(node, &q) }.result()?;
+    Ok(Some(Gate {
+        _gate: gate,
+        _ack: ack,
+        gate_ptr,
+        ack_ptr,
+        _count: count,
+        _skip: skip,
+        launches: std::cell::Cell::new(0),
+        pending: std::cell::Cell::new(None),
+    }))
 }
 
 /// Replaces the layers of a captured one-row decode step by one launch of the cluster decode
@@ -674,4 +952,45 @@ unsafe fn cluster_rewrite(
     let plain: sys::CUgraphEdgeData = unsafe { std::mem::zeroed() };
     unsafe { sys::cuGraphAddDependencies_v2(graph, &node, &after, &plain, 1) }.result()?;
     Ok(Some((table, plan.layers.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::tests::declared;
+    use crate::cluster::Kind::{I, P};
+
+    #[test]
+    fn the_rewritten_kernels_take_the_arguments_the_host_builds() {
+        // gate_rewrite: embed_rows' seven, then gate, count, ack, skip and the vocabulary.
+        let embed = declared("__global__ void embed_rows(");
+        assert_eq!(embed, [P, P, P, I, I, I, I]);
+        let gated = declared("__global__ void embed_rows_gated(");
+        assert_eq!(gated[..7], embed[..]);
+        assert_eq!(gated[7..], [P, P, P, P, I]);
+        // head_rewrite / head_argv: mmv_fast2r's seven, then yh and skip.
+        let mut head = declared("mmv_head2r_##TY(");
+        assert_eq!(head.len(), 9);
+        let (mut args, mut ints, mut yh, mut skip) = ([0u64; 4], [0i32; 3], 0u64, 0u64);
+        assert_eq!(
+            head_argv(&mut args, &mut ints, &mut yh, &mut skip).len(),
+            head.len()
+        );
+        head.truncate(7);
+        assert_eq!(head, declared("mmv_fast2r_##TY("));
+    }
+
+    #[test]
+    fn the_gate_words_are_the_kernels() {
+        assert_eq!(gate_word(3, 17), (3 << 32) | 17);
+        // kernels.cu answers a launch that did not take a token with 0xffffffff: the host's
+        // cancel word, and what a timed-out launch leaves.
+        assert_eq!(ack_word(3, None), (3 << 32) | 0xffff_ffff);
+        assert_eq!(ack_word(3, None), gate_word(3, GATE_CANCEL));
+        assert_eq!(ack_word(3, Some(17)), gate_word(3, 17));
+        let src = crate::KERNEL_SOURCE;
+        let body = &src[src.find("void embed_rows_gated(").unwrap_or(0)..];
+        assert!(body.contains("(used ? token : 0xffffffffu)"));
+        assert!(body.contains("token < (unsigned)vocab"));
+    }
 }

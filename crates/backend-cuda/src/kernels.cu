@@ -750,6 +750,58 @@ extern "C" __global__ void embed_rows(const u8* table, const u32* ids, float* ou
         out[(size_t)blockIdx.x * cols + j] = deq_at(t, row, j);
 }
 
+// THE GATE (graph_exec::gate_rewrite): a replayed one-token step's embedding takes its token
+// from a word in mapped page-locked memory instead of the staged table, so the step's graph
+// can be launched before the host knows the token (while the step before it runs) and
+// released by one host store. `gate` holds (ticket << 32) | token; this launch's ticket is
+// one more than the last (`count`, in device memory: the graph's launches run in stream
+// order). Thread 0 polls until the gate shows this ticket, or GATE_TIMEOUT_CYCLES have passed (a
+// host that never came: the step runs on with token 0, its K/V land in the slot the host
+// guessed, which the sequence owns and writes before it reads, and it sets `skip` so the LM
+// head leaves the host's logits alone). `ack` tells the host which token was used: a
+// launch it released that timed out is run again. A token past the table (the host's cancel)
+// is treated as a timeout. One block, one token: `ids` is not read.
+// About 20 ms (40M cycles of the SM's clock, 1.98 GHz at most on the H200; clock64, not the
+// global timer, which only the timeline build reads). A define may shorten it
+// (LOCKSTEP_CUDA_DEFINES=GATE_TIMEOUT_CYCLES=2000: nearly every launch ahead times out, so a
+// check runs the host's run-again path).
+#ifndef GATE_TIMEOUT_CYCLES
+#define GATE_TIMEOUT_CYCLES 40000000ll
+#endif
+extern "C" __global__ void embed_rows_gated(const u8* table, const u32* ids, float* out, int cols,
+                                            int ty, int bs, int ts,
+                                            const unsigned long long* gate, unsigned* count,
+                                            unsigned long long* ack, unsigned* skip, int vocab) {
+    GRID_ENTER();
+    __shared__ unsigned tok;
+    if (threadIdx.x == 0) {
+        unsigned ticket = *count + 1u;
+        *count = ticket;
+        unsigned long long v = 0;
+        long long t0 = clock64();
+        bool open = false;
+        for (;;) {
+            asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(gate) : "memory");
+            if ((unsigned)(v >> 32) == ticket) {
+                open = true;
+                break;
+            }
+            if (clock64() - t0 > GATE_TIMEOUT_CYCLES) break;
+        }
+        unsigned token = (unsigned)v;
+        bool used = open && token < (unsigned)vocab;
+        tok = used ? token : 0u;
+        *skip = used ? 0u : 1u;
+        unsigned long long a = ((unsigned long long)ticket << 32) | (used ? token : 0xffffffffu);
+        asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(ack), "l"(a) : "memory");
+    }
+    __syncthreads();
+    QType t{ty, bs, ts};
+    size_t row_bytes = (size_t)(cols / bs) * ts;
+    const u8* row = table + (size_t)tok * row_bytes;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) out[j] = deq_at(t, row, j);
+}
+
 extern "C" __global__ void add_bias(const float* x, const float* bias, float* out, int rows,
                                     int cols) { GRID_ENTER();
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -3574,13 +3626,13 @@ __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const 
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_head2r_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,   \
-                        int k, int m, float* yh) {                                              \
+                        int k, int m, float* yh, const unsigned* skip) {                        \
         __shared__ float st[8];                                                                 \
         GRID_LAUNCH();                                                                          \
         int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;                                     \
         if (r0 < m) fast_rows_nr<TY, 2>(W, xq, xd, y, k, m, r0, st);                            \
         else GRID_WAIT(); /* no store of this block's before the wait (the grid-wait audit) */  \
-        if (yh == nullptr) return;                                                              \
+        if (yh == nullptr || (skip != nullptr && *skip != 0u)) return;                          \
         __syncthreads();                                                                        \
         int b0 = blockIdx.x * 8, t = threadIdx.x;                                               \
         if (t < 8 && b0 + t < m) yh[b0 + t] = st[t];                                            \
@@ -3592,7 +3644,8 @@ __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const 
 // 32-byte write, so the logits reach the host as the head computes them instead of in a copy
 // after it (bench/gemv_lab/host_io.cu, session 38: SmolLM2's head and its 192 KiB out, 24.5 us
 // a step with the copy engine, 18.8 this way; a warp's own 4-byte stores to the host, 72.8).
-// Its launches have 128 threads (four warps, eight rows).
+// Its launches have 128 threads (four warps, eight rows). `skip` (with the gate, above: a
+// launch that timed out at its gate) keeps the host's rows as they were.
 // The _fast1 kernels are the _fast ones for one activation row (decode), compiled without the
 // tile paths: the 8-row tiles' registers would otherwise set the occupancy of every launch.
 // Same per-row arithmetic, so a row's result does not depend on which of the two ran.

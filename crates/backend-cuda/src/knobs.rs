@@ -35,6 +35,7 @@
 //! | `TOPK=host` | logits reduced on the device | on the host |
 //! | `BATCH_UPLOADS=0` | a replay's tables in one copy | a copy each |
 //! | `PRESTAGE=0` | while a replay runs, the likely next decode step's tables are staged behind it | each step's tables staged before its launch |
+//! | `PRELAUNCH=0` / `=gate` (graph_exec.rs) | a replay that hands the logits to the host launches the next one-token step's graph while it runs; the token goes through a gate the host writes | each graph launched when its step comes (`gate`: through the gate all the same) |
 //! | `HOST_LOGITS=0` (graph_exec.rs) | a replayed one-row LM head writes the logits a caller wants on the host into page-locked memory as it computes them | a copy after the graph |
 //!
 //! Tools, not choices: `PROFILE`, `TIMELINE=FILE` (timeline.rs), `REPLAY_CLOCK=1`
@@ -197,6 +198,30 @@ pub(crate) fn two_rows_knob() -> Option<usize> {
 pub(crate) fn prestage_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_PRESTAGE").map_or(true, |v| v != "0"))
+}
+
+/// Whether one-token step graphs take their token through a gate
+/// (`graph_exec::gate_rewrite`), and whether a replay whose caller wants the logits on the host
+/// then launches the next step's graph while its own runs (`StepGraph::prelaunch`).
+/// `LOCKSTEP_CUDA_PRELAUNCH=0`: neither (the graphs as captured); `=gate`: the gate alone, every
+/// graph launched when its step comes (what the gate itself costs). The same values in every
+/// case. Read once.
+pub(crate) fn prelaunch_knob() -> Prelaunch {
+    static K: std::sync::OnceLock<Prelaunch> = std::sync::OnceLock::new();
+    *K.get_or_init(
+        || match std::env::var("LOCKSTEP_CUDA_PRELAUNCH").as_deref() {
+            Ok("0") => Prelaunch::Off,
+            Ok("gate") => Prelaunch::GateOnly,
+            _ => Prelaunch::On,
+        },
+    )
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Prelaunch {
+    Off,
+    GateOnly,
+    On,
 }
 
 /// Whether a replayed step's one-row LM head writes the logits into page-locked host memory

@@ -485,6 +485,21 @@ struct RopedBufs {
     k: CudaSlice<f32>,
 }
 
+/// A step's token ids when it embeds exactly one token: the table's rows and the token.
+fn one_token_ids(store: &StepStore) -> Option<(usize, u32)> {
+    let mut ids = store
+        .inputs
+        .iter()
+        .filter_map(|s| match (&s.kind, &s.host) {
+            (InputKind::Ids { vocab }, HostInput::U32(v)) => Some((*vocab, v.as_slice())),
+            _ => None,
+        });
+    match (ids.next(), ids.next()) {
+        (Some((vocab, &[token])), None) => Some((vocab, token)),
+        _ => None,
+    }
+}
+
 /// Which kernels run an attention (`CudaBackend::attention_route`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum AttRoute {
@@ -577,6 +592,27 @@ struct Steps {
     pub cluster_graphs: usize,
     /// Captured graphs whose LM head can write the logits on the host (`head_rewrite`).
     pub host_head_graphs: usize,
+    /// The graph with a launch made ahead of its step, waiting at its gate
+    /// (`graph_exec::StepGraph::prelaunch`).
+    pending: Option<FullKey>,
+    /// Launches made ahead; of them taken by their step, released as dummy steps (the next
+    /// step was another), and taken after they had timed out (the step run again).
+    pub launched_ahead: usize,
+    pub ahead_taken: usize,
+    pub ahead_cancelled: usize,
+    pub ahead_rerun: usize,
+}
+
+impl Steps {
+    /// Releases the launch made ahead, if any, as a dummy step: what comes next is not the
+    /// step it guessed (another shape, an eager or tapped step), or nothing.
+    fn cancel_ahead(&mut self) {
+        if let Some(k) = self.pending.take() {
+            if self.graphs.get(&k).is_some_and(|c| c.graph.cancel()) {
+                self.ahead_cancelled += 1;
+            }
+        }
+    }
 }
 
 /// Attention's score buffers, grown on demand.
@@ -636,6 +672,9 @@ pub struct CudaBackend {
     timeline: Option<RefCell<timeline::Recorder>>,
     /// The replay clock (`LOCKSTEP_CUDA_REPLAY_CLOCK=1`, replay_clock.rs), when on.
     replay_clock: Option<RefCell<ReplayClockState>>,
+    /// Recorded after each replayed graph: what the host waits on for its logits, since a
+    /// launch made ahead may wait at its gate behind it on the stream.
+    after_graph: cudarc::driver::CudaEvent,
     /// A replay's tables go to the device in one batched copy (`upload_tables`): a driver of
     /// CUDA 13 or later, unless `LOCKSTEP_CUDA_BATCH_UPLOADS=0`.
     batch_uploads: bool,
@@ -712,13 +751,17 @@ impl Drop for CudaBackend {
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
-                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step, {} with the head's logits on the host{}",
+                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step, {} with the head's logits on the host, {} launched ahead ({} taken, {} released as dummy steps, {} run again){}",
                 st.captures,
                 st.replays,
                 st.failed,
                 st.programmatic_edges,
                 st.cluster_graphs,
                 st.host_head_graphs,
+                st.launched_ahead,
+                st.ahead_taken,
+                st.ahead_cancelled,
+                st.ahead_rerun,
                 if st.enabled {
                     ""
                 } else {
@@ -826,6 +869,7 @@ impl CudaBackend {
         let mut options: Vec<&str> = compile::NVRTC_OPTIONS.to_vec();
         options.extend(define.as_deref());
         let replay_clock = if std::env::var("LOCKSTEP_CUDA_REPLAY_CLOCK").is_ok_and(|v| v == "1") {
+            lockstep_graph::marks::enable();
             let ev = || {
                 ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(|e| unavailable(format!("replay clock events: {e}")))
@@ -842,6 +886,11 @@ impl CudaBackend {
         } else {
             None
         };
+        let after_graph = ctx
+            .new_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+            .map_err(|e| unavailable(format!("step graph event: {e}")))?;
         let timeline_file = std::env::var_os("LOCKSTEP_CUDA_TIMELINE").filter(|v| !v.is_empty());
         if timeline_file.is_some() {
             options.push("-DLOCKSTEP_TIMELINE");
@@ -1090,6 +1139,11 @@ impl CudaBackend {
                 programmatic_edges: 0,
                 cluster_graphs: 0,
                 host_head_graphs: 0,
+                pending: None,
+                launched_ahead: 0,
+                ahead_taken: 0,
+                ahead_cancelled: 0,
+                ahead_rerun: 0,
             }),
             scores: RefCell::new(None),
             pinned: RefCell::new(None),
@@ -1102,6 +1156,7 @@ impl CudaBackend {
             timeline: timeline_file
                 .map(|f| RefCell::new(timeline::Recorder::new(module.clone(), f.into()))),
             replay_clock,
+            after_graph,
             batch_uploads: driver_version().is_some_and(|v| v >= 13000)
                 && std::env::var("LOCKSTEP_CUDA_BATCH_UPLOADS").map_or(true, |v| v != "0"),
         })
@@ -1878,21 +1933,51 @@ impl CudaBackend {
     /// step's buffers. `Ok(false)`: some table does not fit them (run this step eagerly).
     fn restage(&self, store: &mut StepStore, batch: &Batch) -> Result<bool, BackendError> {
         let t0 = self.replay_clock.is_some().then(std::time::Instant::now);
+        let Some(changed) = Self::derive_tables(store, batch, false)? else {
+            return Ok(false);
+        };
+        self.upload_changed(store, &changed, t0)?;
+        Ok(true)
+    }
+
+    /// `batch`'s tables derived and compared with the staged ones: the indices of those that
+    /// changed, their new values now the host's record (`None`: one does not fit its buffer,
+    /// nothing recorded past it). With `gated` (the graph's token comes through its gate,
+    /// `graph_exec::gate_rewrite`) the token ids are derived, so their checks run, but never
+    /// listed: the graph does not read their buffer.
+    fn derive_tables(
+        store: &mut StepStore,
+        batch: &Batch,
+        gated: bool,
+    ) -> Result<Option<Vec<usize>>, BackendError> {
         let mut changed = Vec::new();
         for (i, s) in store.inputs.iter_mut().enumerate() {
             let Some(host) = s.kind.derive_changed(batch, &s.host)? else {
                 continue;
             };
             if !host.fits(s.cap) {
-                return Ok(false);
+                return Ok(None);
             }
             s.host = host;
-            changed.push(i);
+            if !(gated && matches!(s.kind, InputKind::Ids { .. })) {
+                changed.push(i);
+            }
         }
+        Ok(Some(changed))
+    }
+
+    /// Writes the tables `changed` (of `derive_tables`) to the device; `t0`: the replay
+    /// clock's start of the restage.
+    fn upload_changed(
+        &self,
+        store: &mut StepStore,
+        changed: &[usize],
+        t0: Option<std::time::Instant>,
+    ) -> Result<(), BackendError> {
         let t1 = t0.map(|_| std::time::Instant::now());
-        if let Err(e) = self.upload_tables(&mut store.inputs, &changed) {
+        if let Err(e) = self.upload_tables(&mut store.inputs, changed) {
             // What the device holds is unknown now: no later step may take it as staged.
-            for &i in &changed {
+            for &i in changed {
                 store.inputs[i].host = HostInput::U32(Vec::new());
             }
             return Err(e);
@@ -1900,7 +1985,7 @@ impl CudaBackend {
         if let (Some(c), Some(t1)) = (&self.replay_clock, t1) {
             c.borrow_mut().upload = (t1.elapsed(), changed.len(), store.inputs.len());
         }
-        Ok(true)
+        Ok(())
     }
 
     /// While a replay's graph runs: the tables of the step most likely to come next
@@ -1910,28 +1995,38 @@ impl CudaBackend {
     /// takes the restage's trigonometry and uploads off the step's critical path
     /// (`LOCKSTEP_CUDA_PRESTAGE=0`: not done). A guess that does not fit is not staged; a
     /// failed write leaves the tables marked unknown, so the next restage writes them all.
-    fn prestage(&self, store: &mut StepStore, batch: &Batch) {
+    ///
+    /// Returns whether every table of the guess is staged (with `gated`, all but the token ids,
+    /// which the gate carries), so a launch queued after it runs the guessed step.
+    fn prestage(&self, store: &mut StepStore, batch: &Batch, gated: bool) -> bool {
         if !knobs::prestage_knob() {
-            return;
+            return false;
         }
         let Some(next) = steps::next_decode_batch(batch) else {
-            return;
+            return false;
         };
         let mut changed = Vec::new();
+        let mut all = true;
         for (i, s) in store.inputs.iter_mut().enumerate() {
+            let gate_ids = gated && matches!(s.kind, InputKind::Ids { .. });
             match s.kind.derive_changed(&next, &s.host) {
                 Ok(Some(host)) if host.fits(s.cap) => {
                     s.host = host;
-                    changed.push(i);
+                    if !gate_ids {
+                        changed.push(i);
+                    }
                 }
-                _ => {}
+                Ok(None) => {}
+                _ => all &= gate_ids,
             }
         }
         if self.upload_tables(&mut store.inputs, &changed).is_err() {
             for &i in &changed {
                 store.inputs[i].host = HostInput::U32(Vec::new());
             }
+            return false;
         }
+        all
     }
 
     /// Writes the host tables of `inputs[i]` for every `i` in `changed` to their device
@@ -2358,7 +2453,9 @@ impl CudaBackend {
         logits: &CudaTensor,
         out: LogitsOut<'_>,
     ) -> Result<StepOut, BackendError> {
-        self.stream
+        // The event after the graph, not the stream: a launch ahead may wait at its gate
+        // behind it.
+        self.after_graph
             .synchronize()
             .unwrap_or_else(|e| device_failure("to_host", e));
         if let Some(c) = self.replay_clock.as_ref() {
@@ -2976,13 +3073,46 @@ impl Backend for CudaBackend {
         // The replay clock's instants (none without it: this is every decode step's path).
         let now = || self.replay_clock.is_some().then(std::time::Instant::now);
         let t0 = now();
+        let marks = t0.map(|_| lockstep_graph::marks::take());
         let mut st = self.steps.borrow_mut();
+        let st = &mut *st;
+        // A launch ahead of another shape's graph: not this step.
+        if st.pending.is_some_and(|k| k != fk) {
+            st.cancel_ahead();
+        }
         let Some(c) = st.graphs.get_mut(&fk) else {
             return Ok(None);
         };
-        if !self.restage(&mut c.store, batch)? {
-            st.graphs.remove(&fk);
-            return Ok(None);
+        let gated = c.graph.gated();
+        let token = batch.tokens.first().copied().unwrap_or(0);
+        let changed = match Self::derive_tables(&mut c.store, batch, gated) {
+            Ok(Some(changed)) => changed,
+            other => {
+                // A bad batch, or tables that do not fit: a launch ahead is not this step.
+                st.cancel_ahead();
+                return match other {
+                    Err(e) => Err(e),
+                    _ => {
+                        st.graphs.remove(&fk);
+                        Ok(None)
+                    }
+                };
+            }
+        };
+        // The launch made ahead by the step before (`prelaunch`, below): taken when this is
+        // the step it guessed (every table as staged but the token), else released as a
+        // dummy step and this one launched after it.
+        let mut taken = None;
+        if st.pending.take().is_some() {
+            if changed.is_empty() {
+                taken = c.graph.open(token);
+                st.ahead_taken += 1;
+            } else if c.graph.cancel() {
+                st.ahead_cancelled += 1;
+            }
+        }
+        if taken.is_none() {
+            self.upload_changed(&mut c.store, &changed, t0)?;
         }
         let t1 = now();
         let clock_on = |i: usize| {
@@ -3001,15 +3131,65 @@ impl Backend for CudaBackend {
             .map_err(|e| BackendError::Other(format!("cuda step graph's head: {e}")))?
             && on_host;
         let before = clock_on(0);
-        match (&self.timeline, c.timeline) {
-            (Some(t), Some(id)) => t.borrow_mut().around(id, &self.stream, || c.graph.launch()),
-            _ => c.graph.launch(),
+        let launch_err = |e| BackendError::Other(format!("cuda step graph launch: {e}"));
+        if taken.is_none() {
+            match (&self.timeline, c.timeline) {
+                (Some(t), Some(id)) => t
+                    .borrow_mut()
+                    .around(id, &self.stream, || c.graph.launch_with(token).map(|_| ())),
+                _ => c.graph.launch_with(token).map(|_| ()),
+            }
+            .map_err(launch_err)?;
         }
-        .map_err(|e| BackendError::Other(format!("cuda step graph launch: {e}")))?;
+        self.after_graph
+            .record(&self.stream)
+            .map_err(|e| BackendError::Other(format!("cuda step graph event: {e}")))?;
         let after = clock_on(1);
         let t2 = now();
-        self.prestage(&mut c.store, batch);
+        let staged = self.prestage(&mut c.store, batch, gated);
+        // The next step's graph launched now, while this one runs, its token left to the gate:
+        // only where the caller wants the logits on the host (their wait is an event's, which
+        // does not wait for it) and the guess's K/V slot is the sequence's own.
+        if staged
+            && head_writes
+            && self.timeline.is_none()
+            && knobs::prelaunch_knob() == knobs::Prelaunch::On
+            && steps::launch_ahead_safe(batch, cache.layout.block_size)
+            && c.graph.prelaunch().map_err(launch_err)?
+        {
+            st.pending = Some(fk);
+            st.launched_ahead += 1;
+        }
         let t2b = now();
+        if let Some(t) = taken {
+            // The launch ahead ran on this token unless it timed out at its gate before the
+            // host came (kernels.cu GATE_TIMEOUT_CYCLES): then it was a dummy step, and this one
+            // runs again, after the launch ahead made just now is released as one too.
+            self.after_graph
+                .synchronize()
+                .map_err(|e| BackendError::Other(format!("cuda step graph: {e}")))?;
+            if !c.graph.ran_with(t, token) {
+                if st.pending.take().is_some() && c.graph.cancel() {
+                    st.ahead_cancelled += 1;
+                }
+                st.ahead_rerun += 1;
+                let Some(changed) = Self::derive_tables(&mut c.store, batch, gated)? else {
+                    st.graphs.remove(&fk);
+                    return Ok(None);
+                };
+                self.upload_changed(&mut c.store, &changed, None)?;
+                let again = c.graph.launch_with(token).map_err(launch_err)?;
+                self.after_graph
+                    .record(&self.stream)
+                    .and_then(|_| self.after_graph.synchronize())
+                    .map_err(|e| BackendError::Other(format!("cuda step graph: {e}")))?;
+                if !c.graph.ran_with(again, token) {
+                    return Err(BackendError::Other(
+                        "cuda step graph: its embedding did not take the token at its gate".into(),
+                    ));
+                }
+            }
+        }
         let h = if head_writes {
             self.logits_from_head(&c.graph, &c.out, out)
         } else {
@@ -3028,8 +3208,18 @@ impl Backend for CudaBackend {
                     .map(|v| f64::from(v) * 1e3)
             };
             let timed = before == Some(true) && after == Some(true);
+            let [entry, built, exit, replay_exit, returned] = marks.unwrap_or([None; 5]);
+            let span = |a: Option<std::time::Instant>, b: Option<std::time::Instant>| {
+                a.zip(b).map(|(a, b)| us(b.saturating_duration_since(a)))
+            };
             let sample = replay_clock::ReplaySample {
                 between_us: rc.last_end.map(|e| us(t0.saturating_duration_since(e))),
+                caller_us: span(rc.last_end, entry),
+                unwind_us: span(rc.last_end, exit),
+                tail_us: span(rc.last_end, replay_exit),
+                return_us: span(replay_exit, returned),
+                engine_us: span(entry, built),
+                graph_fn_us: span(built, Some(t0)),
                 restage_us: us(t1 - t0),
                 upload_us: us(rc.upload.0),
                 uploads: rc.upload.1,
@@ -3052,6 +3242,7 @@ impl Backend for CudaBackend {
         }
         let h = h?;
         st.replays += 1;
+        lockstep_graph::marks::mark(lockstep_graph::marks::Mark::ReplayExit);
         Ok(Some(h))
     }
 
@@ -3067,6 +3258,8 @@ impl Backend for CudaBackend {
             long: plan::long_context(batch),
         };
         let mut st = self.steps.borrow_mut();
+        // The ops run eagerly on the stream: a launch ahead must not hold them up.
+        st.cancel_ahead();
         st.mode = Mode::Eager;
         st.broken = None;
         st.leaked = false;
@@ -3155,11 +3348,18 @@ impl Backend for CudaBackend {
                         logits: logits.buf().device_ptr(&self.stream).0,
                         len: logits.cols,
                     });
+                // A one-token step's embedding may take its token through a gate, so its
+                // graph can be launched ahead of it (`prelaunch`).
+                let ids = store.as_ref().and_then(one_token_ids);
+                let gate = ids
+                    .filter(|_| knobs::prelaunch_knob() != knobs::Prelaunch::Off)
+                    .map(|(vocab, _)| graph_exec::GateOf { vocab });
                 let graph = graph_exec::StepGraph::end_capture(
                     &self.stream,
                     self.programmatic_module(),
                     cluster,
                     head,
+                    gate,
                 );
                 match (graph, st.broken.take(), store) {
                     (Ok(Some(graph)), None, Some(store)) => {
@@ -3169,9 +3369,11 @@ impl Backend for CudaBackend {
                                 .ok()
                                 .map(|chain| t.borrow_mut().add_graph(chain))
                         });
-                        graph.launch().map_err(|e| {
-                            BackendError::Other(format!("cuda step graph launch: {e}"))
-                        })?;
+                        graph
+                            .launch_with(ids.map_or(0, |(_, token)| token))
+                            .map_err(|e| {
+                                BackendError::Other(format!("cuda step graph launch: {e}"))
+                            })?;
                         let h = self.logits_out(&logits, out)?;
                         st.captures += 1;
                         st.programmatic_edges += graph.programmatic_edges;
@@ -3337,6 +3539,11 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor, BackendError> {
+        // A step's first op (a tapped step begins here, not in `begin_step`): a launch ahead
+        // must not hold up its kernels.
+        if let Ok(mut st) = self.steps.try_borrow_mut() {
+            st.cancel_ahead();
+        }
         for (row, &id) in ids.iter().enumerate() {
             if id as usize >= table.rows {
                 return Err(BackendError::TokenOutOfRange {

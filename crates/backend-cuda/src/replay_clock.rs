@@ -16,6 +16,18 @@ use std::fmt::Write as _;
 pub struct ReplaySample {
     /// From the end of the replay before to this one's start: the engine and its caller.
     pub between_us: Option<f64>,
+    /// Of `between_us` (`lockstep_graph::marks`): until the engine took the step (the caller,
+    /// and the engine's return from the step before), the engine building the batch, and the
+    /// model graph until its backend's replay.
+    pub caller_us: Option<f64>,
+    /// Of `caller_us`: from the replay before to the engine's return of that step.
+    pub unwind_us: Option<f64>,
+    /// Of `unwind_us`: until the replay before returned.
+    pub tail_us: Option<f64>,
+    /// Of `unwind_us`: from that replay's return to the model graph's (the drops between).
+    pub return_us: Option<f64>,
+    pub engine_us: Option<f64>,
+    pub graph_fn_us: Option<f64>,
     /// Deriving the step's tables and writing the changed ones to the device.
     pub restage_us: f64,
     /// Of `restage_us`: the writes (`uploads` of the step's `tables` tables changed).
@@ -96,6 +108,36 @@ impl ReplayClock {
             "host: the engine and its caller, between replays",
         );
         row(
+            "  caller",
+            mean(&|x| x.caller_us),
+            "of which until the engine takes the step",
+        );
+        row(
+            "   unwind",
+            mean(&|x| x.unwind_us),
+            "of which the replay before returning through the engine",
+        );
+        row(
+            "    tail",
+            mean(&|x| x.tail_us),
+            "of which until that replay returned",
+        );
+        row(
+            "    return",
+            mean(&|x| x.return_us),
+            "of which from its return to the model graph's",
+        );
+        row(
+            "  engine",
+            mean(&|x| x.engine_us),
+            "of which the engine building the batch",
+        );
+        row(
+            "  graph fn",
+            mean(&|x| x.graph_fn_us),
+            "of which the model graph until the replay",
+        );
+        row(
             "restage",
             Some(restage),
             "host: the step's tables derived and uploaded",
@@ -145,6 +187,12 @@ mod tests {
     fn sample(between: Option<f64>, graph: Option<f64>) -> ReplaySample {
         ReplaySample {
             between_us: between,
+            caller_us: between.map(|b| b / 2.0),
+            unwind_us: None,
+            tail_us: None,
+            return_us: None,
+            engine_us: None,
+            graph_fn_us: None,
             restage_us: 10.0,
             upload_us: 6.0,
             uploads: 3,
@@ -171,6 +219,8 @@ mod tests {
         assert!(t.contains("2 replays (the first 1 left out)"), "{t}");
         // between: (20 + 40) / 2; the step: 30 + 10 + 5 + 70 + 15 = 130.
         assert!(t.contains("between         30.0  23.1%"), "{t}");
+        assert!(t.contains("  caller        15.0  11.5%"), "{t}");
+        assert!(t.contains("  engine           -"), "{t}");
         assert!(t.contains("restage         10.0   7.7%"), "{t}");
         assert!(t.contains("  upload         6.0   4.6%  of which writing the changed tables (3.0 of 5.0 a step)"), "{t}");
         // ahead is part of wait, not added to the step

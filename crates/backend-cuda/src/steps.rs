@@ -197,6 +197,25 @@ pub fn next_decode_batch(batch: &Batch) -> Option<Batch> {
     Some(next)
 }
 
+/// Whether a step's graph may be launched ahead for the guess `next_decode_batch` makes after
+/// `batch` (a cache of pages of `block_size` slots): one sequence of one token, unmasked, whose
+/// next slot is on the page of its last. A launch ahead that the next step does not take runs
+/// anyway, on a dummy token: its K/V must land in a slot the sequence owns and will write
+/// before it reads (never the first slot of a page it may not get).
+pub fn launch_ahead_safe(batch: &Batch, block_size: usize) -> bool {
+    let [s] = batch.seqs.as_slice() else {
+        return false;
+    };
+    batch.tokens.len() == 1
+        && s.n_rows == 1
+        && s.mask.is_none()
+        && block_size > 0
+        && s.kv_slots
+            .last()
+            .and_then(|l| l.checked_add(1))
+            .is_some_and(|next| !(next as usize).is_multiple_of(block_size))
+}
+
 /// Steps of at most this many rows are recorded and replayed (decode and small batches; a
 /// long prefill is bound by its matmuls, not by launches, and its shape rarely recurs).
 pub const MAX_GRAPH_TOKENS: usize = 64;
@@ -263,6 +282,39 @@ mod tests {
         let mut p = b;
         p.seqs[0].n_rows = 2;
         assert!(next_decode_batch(&p).is_none());
+    }
+
+    #[test]
+    fn a_step_is_launched_ahead_only_where_its_guess_stays_on_the_sequences_page() {
+        // Pages of 16 slots: the sequence's last key in slot 18 (page 1), next 19: fine.
+        assert!(launch_ahead_safe(
+            &decode_batch(&[2], &[vec![16, 17, 18]]),
+            16
+        ));
+        // Last key in the page's last slot: the next one is another page's first.
+        let end = decode_batch(&[15], &[(16..32).collect()]);
+        assert!(!launch_ahead_safe(&end, 16));
+        assert!(launch_ahead_safe(&end, 64));
+        // Two sequences, two rows, a mask, no page size: never.
+        assert!(!launch_ahead_safe(
+            &decode_batch(&[2, 0], &[vec![16, 17, 18], vec![32]]),
+            16
+        ));
+        let mut m = decode_batch(&[2], &[vec![16, 17, 18]]);
+        m.seqs[0].mask = Some(vec![true; 3]);
+        assert!(!launch_ahead_safe(&m, 16));
+        let mut p = decode_batch(&[2], &[vec![16, 17, 18]]);
+        p.seqs[0].n_rows = 2;
+        assert!(!launch_ahead_safe(&p, 16));
+        assert!(!launch_ahead_safe(
+            &decode_batch(&[2], &[vec![16, 17, 18]]),
+            0
+        ));
+        // A slot at the top of the u32 range has no next one.
+        assert!(!launch_ahead_safe(
+            &decode_batch(&[0], &[vec![u32::MAX]]),
+            16
+        ));
     }
 
     #[test]

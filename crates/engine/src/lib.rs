@@ -336,6 +336,7 @@ impl<B: Backend> Engine<B> {
         taps: &mut Taps<'_>,
         out: LogitsOut<'_>,
     ) -> Result<(StepOut, Vec<std::ops::Range<usize>>), EngineError> {
+        lockstep_graph::marks::mark(lockstep_graph::marks::Mark::EngineEntry);
         let vocab = self.n_vocab();
         // Validate everything before touching state, so a bad request leaves no trace.
         for (i, inp) in inputs.iter().enumerate() {
@@ -427,6 +428,7 @@ impl<B: Backend> Engine<B> {
             });
         }
 
+        lockstep_graph::marks::mark(lockstep_graph::marks::Mark::BatchBuilt);
         let result = forward(
             &self.backend,
             &self.model,
@@ -435,6 +437,7 @@ impl<B: Backend> Engine<B> {
             taps,
             out,
         )?;
+        lockstep_graph::marks::mark(lockstep_graph::marks::Mark::ForwardReturned);
         for inp in inputs {
             if let Some(s) = self.seqs.get_mut(&inp.seq) {
                 s.n_past += inp.tokens.len();
@@ -452,6 +455,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
         }
+        lockstep_graph::marks::mark(lockstep_graph::marks::Mark::EngineExit);
         Ok((result, out_ranges))
     }
 

@@ -10,6 +10,7 @@ mod backend;
 mod batch;
 mod host;
 mod logits;
+pub mod marks;
 pub mod taps;
 
 pub use backend::{
