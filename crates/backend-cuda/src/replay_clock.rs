@@ -92,7 +92,82 @@ impl ReplayClock {
             "cuda replay clock: {} replays (the first {skip} left out), means in us",
             s.len()
         );
-        let mut row = |name: &str, v: Option<f64>, what: &str| {
+        let uploads = mean(&|x| Some(x.uploads as f64)).unwrap_or(0.0);
+        let tables = mean(&|x| Some(x.tables as f64)).unwrap_or(0.0);
+        let upload_what =
+            format!("of which writing the changed tables ({uploads:.1} of {tables:.1} a step)");
+        // (name, mean, what it is); a name's indent says whose part it is.
+        let rows: [(&str, Option<f64>, &str); 16] = [
+            (
+                "between",
+                between,
+                "host: the engine and its caller, between replays",
+            ),
+            (
+                "  caller",
+                mean(&|x| x.caller_us),
+                "of which until the engine takes the step",
+            ),
+            (
+                "   unwind",
+                mean(&|x| x.unwind_us),
+                "of which the replay before returning through the engine",
+            ),
+            (
+                "    tail",
+                mean(&|x| x.tail_us),
+                "of which until that replay returned",
+            ),
+            (
+                "    return",
+                mean(&|x| x.return_us),
+                "of which from its return to the model graph's",
+            ),
+            (
+                "  engine",
+                mean(&|x| x.engine_us),
+                "of which the engine building the batch",
+            ),
+            (
+                "  graph fn",
+                mean(&|x| x.graph_fn_us),
+                "of which the model graph until the replay",
+            ),
+            (
+                "restage",
+                Some(restage),
+                "host: the step's tables derived and uploaded",
+            ),
+            ("  upload", mean(&|x| Some(x.upload_us)), &upload_what),
+            ("launch", Some(launch), "host: the graph launch call"),
+            (
+                "wait",
+                Some(wait),
+                "host: waiting for the graph and the logits' copy",
+            ),
+            (
+                "  ahead",
+                mean(&|x| Some(x.ahead_us)),
+                "of which staging the next step's tables, the graph running",
+            ),
+            ("finish", Some(finish), "host: the logits handed over"),
+            (
+                "step",
+                Some(step),
+                "all of the above: the wall time of a step",
+            ),
+            (
+                "graph",
+                mean(&|x| x.graph_us),
+                "device: the graph, event to event",
+            ),
+            (
+                "copy",
+                mean(&|x| x.copy_us),
+                "device: the logits' copy to the host",
+            ),
+        ];
+        for (name, v, what) in rows {
             let _ = match v {
                 Some(v) => writeln!(
                     o,
@@ -101,81 +176,7 @@ impl ReplayClock {
                 ),
                 None => writeln!(o, "  {name:<10} {:>9}         {what}", "-"),
             };
-        };
-        row(
-            "between",
-            between,
-            "host: the engine and its caller, between replays",
-        );
-        row(
-            "  caller",
-            mean(&|x| x.caller_us),
-            "of which until the engine takes the step",
-        );
-        row(
-            "   unwind",
-            mean(&|x| x.unwind_us),
-            "of which the replay before returning through the engine",
-        );
-        row(
-            "    tail",
-            mean(&|x| x.tail_us),
-            "of which until that replay returned",
-        );
-        row(
-            "    return",
-            mean(&|x| x.return_us),
-            "of which from its return to the model graph's",
-        );
-        row(
-            "  engine",
-            mean(&|x| x.engine_us),
-            "of which the engine building the batch",
-        );
-        row(
-            "  graph fn",
-            mean(&|x| x.graph_fn_us),
-            "of which the model graph until the replay",
-        );
-        row(
-            "restage",
-            Some(restage),
-            "host: the step's tables derived and uploaded",
-        );
-        let uploads = mean(&|x| Some(x.uploads as f64)).unwrap_or(0.0);
-        let tables = mean(&|x| Some(x.tables as f64)).unwrap_or(0.0);
-        row(
-            "  upload",
-            mean(&|x| Some(x.upload_us)),
-            &format!("of which writing the changed tables ({uploads:.1} of {tables:.1} a step)"),
-        );
-        row("launch", Some(launch), "host: the graph launch call");
-        row(
-            "wait",
-            Some(wait),
-            "host: waiting for the graph and the logits' copy",
-        );
-        row(
-            "  ahead",
-            mean(&|x| Some(x.ahead_us)),
-            "of which staging the next step's tables, the graph running",
-        );
-        row("finish", Some(finish), "host: the logits handed over");
-        row(
-            "step",
-            Some(step),
-            "all of the above: the wall time of a step",
-        );
-        row(
-            "graph",
-            mean(&|x| x.graph_us),
-            "device: the graph, event to event",
-        );
-        row(
-            "copy",
-            mean(&|x| x.copy_us),
-            "device: the logits' copy to the host",
-        );
+        }
         o
     }
 }
