@@ -746,7 +746,11 @@ impl Drop for CudaBackend {
         }
         if let Some(c) = &self.replay_clock {
             // The first replays warm up (bench's untimed run is longer than this).
-            eprint!("{}", c.borrow().clock.summary(16));
+            let c = c.borrow();
+            eprint!("{}", c.clock.summary(16));
+            if let Some(line) = c.clock.counters_line(replay_clock::ThreadCounters::now()) {
+                eprint!("{line}");
+            }
         }
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
@@ -3236,6 +3240,8 @@ impl Backend for CudaBackend {
                 },
             };
             rc.clock.push(sample);
+            rc.clock
+                .mark_counters(16, replay_clock::ThreadCounters::now);
             rc.in_replay = false;
             rc.copy_recorded = false;
             rc.last_end = Some(std::time::Instant::now());

@@ -53,11 +53,91 @@ pub struct ReplaySample {
 #[derive(Debug, Default)]
 pub struct ReplayClock {
     samples: Vec<ReplaySample>,
+    /// The host thread's counters when the replay after the warm-up began, and how many
+    /// replays had been pushed then (`mark_counters`).
+    counters_from: Option<(usize, ThreadCounters)>,
+}
+
+/// What the kernel counts for a thread (Linux: /proc/thread-self): page faults (minor, major)
+/// and context switches (voluntary, involuntary). A step of a few hundred us that loses
+/// several us to something outside its code shows up here, or is ruled out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadCounters {
+    pub minor_faults: u64,
+    pub major_faults: u64,
+    pub voluntary_switches: u64,
+    pub involuntary_switches: u64,
+}
+
+impl ThreadCounters {
+    /// The calling thread's counters (`None` where /proc/thread-self is not there).
+    pub fn now() -> Option<ThreadCounters> {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+        let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+        ThreadCounters::parse(&stat, &status)
+    }
+
+    /// From the texts of /proc/<pid>/task/<tid>/stat and .../status. The stat line's second
+    /// field (the command, in parentheses) may hold spaces and parentheses: the fields are
+    /// counted after its last ')'. minflt and majflt are fields 10 and 12 (proc(5)).
+    pub fn parse(stat: &str, status: &str) -> Option<ThreadCounters> {
+        let after = &stat[stat.rfind(')')? + 1..];
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+        let status_value = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        Some(ThreadCounters {
+            minor_faults: field(10)?,
+            major_faults: field(12)?,
+            voluntary_switches: status_value("voluntary_ctxt_switches:")?,
+            involuntary_switches: status_value("nonvoluntary_ctxt_switches:")?,
+        })
+    }
+
+    fn since(self, earlier: ThreadCounters) -> ThreadCounters {
+        ThreadCounters {
+            minor_faults: self.minor_faults.saturating_sub(earlier.minor_faults),
+            major_faults: self.major_faults.saturating_sub(earlier.major_faults),
+            voluntary_switches: self
+                .voluntary_switches
+                .saturating_sub(earlier.voluntary_switches),
+            involuntary_switches: self
+                .involuntary_switches
+                .saturating_sub(earlier.involuntary_switches),
+        }
+    }
 }
 
 impl ReplayClock {
     pub fn push(&mut self, s: ReplaySample) {
         self.samples.push(s);
+    }
+
+    /// Takes the host thread's counters (`now`) as the start of the span `counters_line`
+    /// reports, once, when `skip` replays have been pushed (the first after the warm-up).
+    pub fn mark_counters(&mut self, skip: usize, now: impl FnOnce() -> Option<ThreadCounters>) {
+        if self.counters_from.is_none() && self.samples.len() == skip {
+            self.counters_from = now().map(|c| (skip, c));
+        }
+    }
+
+    /// The counters' growth from `mark_counters` to `end` (taken after the last replay; the
+    /// end of the run between them counts too), per replay in that span.
+    pub fn counters_line(&self, end: Option<ThreadCounters>) -> Option<String> {
+        let (at, from) = self.counters_from?;
+        let n = self.samples.len().checked_sub(at).filter(|&n| n > 0)? as f64;
+        let d = end?.since(from);
+        Some(format!(
+            "  host thread, a replay (the last {n}): {:.2} minor and {:.2} major page faults, {:.2} voluntary and {:.2} involuntary context switches\n",
+            d.minor_faults as f64 / n,
+            d.major_faults as f64 / n,
+            d.voluntary_switches as f64 / n,
+            d.involuntary_switches as f64 / n,
+        ))
     }
 
     pub fn len(&self) -> usize {
@@ -233,6 +313,46 @@ mod tests {
         // graph only in one sample.
         assert!(t.contains("graph           60.0  46.2%"), "{t}");
         assert!(t.contains("copy             4.0   3.1%"), "{t}");
+    }
+
+    #[test]
+    fn thread_counters_are_read_past_the_command_and_per_replay() {
+        // A command with a space and a parenthesis; minflt 1234, majflt 5 (fields 10, 12).
+        let stat = "4242 (lock (step) x) R 1 4242 4242 0 -1 4194304 1234 0 5 0 7 3 0 0 20 0 1 0";
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t17\nnonvoluntary_ctxt_switches:\t3\n";
+        let c = ThreadCounters::parse(stat, status).unwrap();
+        assert_eq!(
+            c,
+            ThreadCounters {
+                minor_faults: 1234,
+                major_faults: 5,
+                voluntary_switches: 17,
+                involuntary_switches: 3
+            }
+        );
+        assert_eq!(ThreadCounters::parse("4242 (x) R 1", status), None);
+        assert_eq!(ThreadCounters::parse(stat, "Name:\tx\n"), None);
+        // Marked once, when the warm-up's replays are in; 4 replays later, 8 faults more.
+        let mut clock = ReplayClock::default();
+        clock.push(sample(None, None));
+        clock.mark_counters(2, || panic!("not yet"));
+        clock.push(sample(None, None));
+        clock.mark_counters(2, || Some(c));
+        clock.mark_counters(2, || panic!("once"));
+        for _ in 0..4 {
+            clock.push(sample(None, None));
+        }
+        let end = ThreadCounters {
+            minor_faults: 1242,
+            involuntary_switches: 7,
+            ..c
+        };
+        let line = clock.counters_line(Some(end)).unwrap();
+        assert!(line.contains("(the last 4): 2.00 minor and 0.00 major page faults, 0.00 voluntary and 1.00 involuntary"), "{line}");
+        assert_eq!(ReplayClock::default().counters_line(Some(end)), None);
+        // This thread's own, from the real files.
+        #[cfg(target_os = "linux")]
+        assert!(ThreadCounters::now().is_some());
     }
 
     #[test]
