@@ -3355,10 +3355,10 @@ impl Backend for CudaBackend {
                         len: logits.cols,
                     });
                 // A one-token step's embedding may take its token through a gate, so its
-                // graph can be launched ahead of it (`prelaunch`).
+                // graph can be launched ahead of it (`prelaunch`), where launches ahead happen.
                 let ids = store.as_ref().and_then(one_token_ids);
                 let gate = ids
-                    .filter(|_| knobs::prelaunch_knob() != knobs::Prelaunch::Off)
+                    .filter(|_| steps::gates(knobs::prelaunch_knob(), out))
                     .map(|(vocab, _)| graph_exec::GateOf { vocab });
                 let graph = graph_exec::StepGraph::end_capture(
                     &self.stream,

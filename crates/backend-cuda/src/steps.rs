@@ -216,6 +216,24 @@ pub fn launch_ahead_safe(batch: &Batch, block_size: usize) -> bool {
             .is_some_and(|next| !(next as usize).is_multiple_of(block_size))
 }
 
+/// Whether a one-token step graph captured for a caller who asks for `out` takes its token
+/// through a gate (`graph_exec::gate_rewrite`): only where launches ahead happen, for callers
+/// who want the logits on the host (`bench`'s lent rows, `check`'s full ones), or with
+/// `PRELAUNCH=gate`. The gate's read of host memory costs the graph about 2 us (session 39),
+/// which `run` and `serve` (`Top`: the rows reduced on the device, no launch ahead) would pay
+/// for nothing. A graph keeps what it was captured with.
+pub(crate) fn gates(knob: crate::knobs::Prelaunch, out: lockstep_graph::LogitsOut<'_>) -> bool {
+    use crate::knobs::Prelaunch;
+    match knob {
+        Prelaunch::Off => false,
+        Prelaunch::GateOnly => true,
+        Prelaunch::On => matches!(
+            out,
+            lockstep_graph::LogitsOut::Lend(_) | lockstep_graph::LogitsOut::Full
+        ),
+    }
+}
+
 /// Steps of at most this many rows are recorded and replayed (decode and small batches; a
 /// long prefill is bound by its matmuls, not by launches, and its shape rarely recurs).
 pub const MAX_GRAPH_TOKENS: usize = 64;
@@ -315,6 +333,23 @@ mod tests {
             &decode_batch(&[0], &[vec![u32::MAX]]),
             16
         ));
+    }
+
+    #[test]
+    fn graphs_are_gated_for_the_callers_that_launch_ahead() {
+        use crate::knobs::Prelaunch;
+        use lockstep_graph::{LendRows, LogitsOut};
+        let f = |_: &[f32]| {};
+        let lend = LendRows(&f);
+        for (knob, lent, full, top) in [
+            (Prelaunch::On, true, true, false),
+            (Prelaunch::GateOnly, true, true, true),
+            (Prelaunch::Off, false, false, false),
+        ] {
+            assert_eq!(gates(knob, LogitsOut::Lend(&lend)), lent, "{knob:?}");
+            assert_eq!(gates(knob, LogitsOut::Full), full, "{knob:?}");
+            assert_eq!(gates(knob, LogitsOut::Top(8)), top, "{knob:?}");
+        }
     }
 
     #[test]
