@@ -53,8 +53,41 @@ struct Gate {
     /// Device words: the launches counted, and the head's skip flag.
     _count: CudaSlice<u32>,
     _skip: CudaSlice<u32>,
+    tickets: Tickets,
+}
+
+/// The host's count of a gated graph's launches, which the device keeps too (kernels.cu
+/// `embed_rows_gated`: launch k waits for ticket k), and the launch made ahead that waits at
+/// the gate, if any. A launch that failed took no ticket (the device never ran it).
+#[derive(Debug, Default)]
+struct Tickets {
     launches: std::cell::Cell<u32>,
     pending: std::cell::Cell<Option<u32>>,
+}
+
+impl Tickets {
+    /// The next launch's ticket.
+    fn next(&self) -> u32 {
+        self.launches.get().wrapping_add(1)
+    }
+
+    /// Launch `ticket` was made; `ahead`: before its token was known (it waits at the gate).
+    fn launched(&self, ticket: u32, ahead: bool) {
+        self.launches.set(ticket);
+        if ahead {
+            self.pending.set(Some(ticket));
+        }
+    }
+
+    /// Whether a launch may be made ahead (none waits at the gate).
+    fn can_launch_ahead(&self) -> bool {
+        self.pending.get().is_none()
+    }
+
+    /// The launch waiting at the gate, no longer waiting (its gate is about to be written).
+    fn release(&self) -> Option<u32> {
+        self.pending.take()
+    }
 }
 
 /// What the gate holds to cancel a launch: a token no table has (kernels.cu treats it as a
@@ -204,10 +237,10 @@ impl StepGraph {
             self.launch()?;
             return Ok(0);
         };
-        let ticket = g.launches.get().wrapping_add(1);
+        let ticket = g.tickets.next();
         Self::write_gate(g, gate_word(ticket, token));
         self.launch()?;
-        g.launches.set(ticket);
+        g.tickets.launched(ticket, false);
         Ok(ticket)
     }
 
@@ -215,20 +248,19 @@ impl StepGraph {
     /// [`open`](Self::open) or [`cancel`](Self::cancel) (or kernels.cu's timeout). `Ok(false)`:
     /// no gate, or a launch already pending; nothing launched.
     pub(crate) fn prelaunch(&self) -> Result<bool, DriverError> {
-        let Some(g) = self.gate.as_ref().filter(|g| g.pending.get().is_none()) else {
+        let Some(g) = self.gate.as_ref().filter(|g| g.tickets.can_launch_ahead()) else {
             return Ok(false);
         };
-        let ticket = g.launches.get().wrapping_add(1);
+        let ticket = g.tickets.next();
         self.launch()?;
-        g.launches.set(ticket);
-        g.pending.set(Some(ticket));
+        g.tickets.launched(ticket, true);
         Ok(true)
     }
 
     /// Releases the pending launch with `token`; returns its ticket (`None`: none pending).
     pub(crate) fn open(&self, token: u32) -> Option<u32> {
         let g = self.gate.as_ref()?;
-        let ticket = g.pending.take()?;
+        let ticket = g.tickets.release()?;
         Self::write_gate(g, gate_word(ticket, token));
         Some(ticket)
     }
@@ -239,7 +271,7 @@ impl StepGraph {
         let Some(g) = &self.gate else {
             return false;
         };
-        let Some(ticket) = g.pending.take() else {
+        let Some(ticket) = g.tickets.release() else {
             return false;
         };
         Self::write_gate(g, gate_word(ticket, GATE_CANCEL));
@@ -826,8 +858,7 @@ unsafe fn gate_rewrite(
         ack_ptr,
         _count: count,
         _skip: skip,
-        launches: std::cell::Cell::new(0),
-        pending: std::cell::Cell::new(None),
+        tickets: Tickets::default(),
     }))
 }
 
@@ -978,6 +1009,28 @@ mod tests {
         );
         head.truncate(7);
         assert_eq!(head, declared("mmv_fast2r_##TY("));
+    }
+
+    #[test]
+    fn tickets_follow_the_devices_count_and_one_launch_waits_at_a_time() {
+        let t = Tickets::default();
+        // Launch 1 with its token at the gate: ticket 1, as the device counts it.
+        assert_eq!(t.next(), 1);
+        t.launched(1, false);
+        assert!(t.can_launch_ahead());
+        // A failed launch takes no ticket.
+        assert_eq!(t.next(), 2);
+        // Launch 2 made ahead: it waits, and no other may be made ahead.
+        t.launched(t.next(), true);
+        assert!(!t.can_launch_ahead());
+        assert_eq!(t.next(), 3);
+        // Released once (opened or cancelled), then nothing waits.
+        assert_eq!(t.release(), Some(2));
+        assert_eq!(t.release(), None);
+        assert!(t.can_launch_ahead());
+        // The count wraps as the device's u32 does.
+        t.launched(u32::MAX, false);
+        assert_eq!(t.next(), 0);
     }
 
     #[test]
