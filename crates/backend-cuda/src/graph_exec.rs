@@ -592,6 +592,53 @@ unsafe fn kernel_call(node: sys::CUgraphNode) -> Result<cluster::Call, DriverErr
     })
 }
 
+/// The kernel `name` of the module `func` belongs to (the rewrites' replacement kernels live
+/// beside the ones captured); `None`: the module has no such kernel.
+///
+/// # Safety
+/// `func` must be a valid function handle of a loaded module.
+unsafe fn sibling_kernel(
+    func: sys::CUfunction,
+    name: &std::ffi::CStr,
+) -> Result<Option<sys::CUfunction>, DriverError> {
+    let mut module = std::mem::MaybeUninit::<sys::CUmodule>::uninit();
+    // SAFETY: the caller's valid function handle.
+    unsafe { sys::cuFuncGetModule(module.as_mut_ptr(), func) }.result()?;
+    let mut found = std::mem::MaybeUninit::<sys::CUfunction>::uninit();
+    // SAFETY: the module, initialized by the call above; a module without the kernel answers
+    // an error.
+    if unsafe { sys::cuModuleGetFunction(found.as_mut_ptr(), module.assume_init(), name.as_ptr()) }
+        .result()
+        .is_err()
+    {
+        return Ok(None);
+    }
+    // SAFETY: initialized by the successful call above.
+    Ok(Some(unsafe { found.assume_init() }))
+}
+
+/// `n` zeroed values of page-locked host memory mapped into the device's address space
+/// (DEVICEMAP), and their device address.
+fn mapped_host<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    stream: &Arc<CudaStream>,
+    n: usize,
+) -> Result<(cudarc::driver::PinnedHostSlice<T>, u64), DriverError> {
+    // SAFETY: page-locked memory of plain values; every byte is zeroed below before anyone
+    // reads it (zero is a valid `T`).
+    let mut host = unsafe {
+        stream
+            .context()
+            .alloc_pinned_with_flags::<T>(n, sys::CU_MEMHOSTALLOC_DEVICEMAP)
+    }?;
+    let ptr = host.as_mut_ptr()?;
+    // SAFETY: `ptr` holds `n` values of `T`, just allocated and not yet shared.
+    unsafe { std::ptr::write_bytes(ptr, 0, n) };
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host` is a live mapped allocation of this context.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, ptr.cast(), 0) }.result()?;
+    Ok((host, dev))
+}
+
 /// `mmv_head2r`'s kernel parameters (W, xq, xd, y; n, k, m; yh, skip), pointing at the values
 /// given, which must outlive the driver call that reads them.
 fn head_argv(
@@ -665,37 +712,15 @@ unsafe fn head_rewrite(
         {
             continue;
         }
-        let mut module = std::mem::MaybeUninit::<sys::CUmodule>::uninit();
-        // SAFETY: the node's function handle, valid while the module is loaded.
-        unsafe { sys::cuFuncGetModule(module.as_mut_ptr(), p.func) }.result()?;
         let name = std::ffi::CString::new(format!("mmv_head2r_{id}"))
             .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
-        let mut func = std::mem::MaybeUninit::<sys::CUfunction>::uninit();
-        // SAFETY: the module the head's kernel came from, initialized by the call above; a
-        // module without the kernel answers an error, and the graph is left as it was.
-        if unsafe {
-            sys::cuModuleGetFunction(func.as_mut_ptr(), module.assume_init(), name.as_ptr())
-        }
-        .result()
-        .is_err()
-        {
+        // SAFETY: the node's function handle, valid while the module is loaded.
+        let Some(func) = (unsafe { sibling_kernel(p.func, &name) })? else {
             return Ok(None);
-        }
-        // SAFETY: initialized by the successful call above.
-        p.func = unsafe { func.assume_init() };
-        // SAFETY: page-locked host memory of plain floats, mapped into the device's address
-        // space (DEVICEMAP); the head writes all `len` of them before the host reads any.
-        let host = unsafe {
-            stream
-                .context()
-                .alloc_pinned_with_flags::<f32>(head.len, sys::CU_MEMHOSTALLOC_DEVICEMAP)
-        }?;
-        let mut host_dev: sys::CUdeviceptr = 0;
-        // SAFETY: `host` is a live mapped allocation of this context.
-        unsafe {
-            sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host.as_ptr()?.cast_mut().cast(), 0)
-        }
-        .result()?;
+        };
+        p.func = func;
+        // The head writes all `len` values before the host reads any.
+        let (host, host_dev) = mapped_host::<f32>(stream, head.len)?;
         let mut a = args;
         let mut n = ints;
         let mut yh: u64 = 0;
@@ -779,47 +804,14 @@ unsafe fn gate_rewrite(
             [3, 4, 5, 6].map(|i| (arg(i) as *const i32).read_unaligned()),
         )
     };
-    let mut module = std::mem::MaybeUninit::<sys::CUmodule>::uninit();
     // SAFETY: the node's function handle, valid while the module is loaded.
-    unsafe { sys::cuFuncGetModule(module.as_mut_ptr(), p.func) }.result()?;
-    let mut func = std::mem::MaybeUninit::<sys::CUfunction>::uninit();
-    // SAFETY: the module the embedding came from, initialized by the call above; a module
-    // without the kernel answers an error, and the graph is left as it was.
-    if unsafe {
-        sys::cuModuleGetFunction(
-            func.as_mut_ptr(),
-            module.assume_init(),
-            c"embed_rows_gated".as_ptr(),
-        )
-    }
-    .result()
-    .is_err()
-    {
+    let Some(gated) = (unsafe { sibling_kernel(p.func, c"embed_rows_gated") })? else {
         return Ok(None);
-    }
-    let mapped = |what: &cudarc::driver::PinnedHostSlice<u64>| -> Result<u64, DriverError> {
-        let mut dev: sys::CUdeviceptr = 0;
-        // SAFETY: `what` is a live mapped allocation of this context.
-        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, what.as_ptr()?.cast_mut().cast(), 0) }
-            .result()?;
-        Ok(dev)
     };
-    // SAFETY: page-locked host memory of plain u64s, mapped into the device's address space
-    // (DEVICEMAP); the host writes `gate` and reads `ack` only through volatile accesses.
-    let (mut gate, mut ack) = unsafe {
-        (
-            stream
-                .context()
-                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)?,
-            stream
-                .context()
-                .alloc_pinned_with_flags::<u64>(1, sys::CU_MEMHOSTALLOC_DEVICEMAP)?,
-        )
-    };
-    // Ticket 0 is never a launch's (the first is 1): a closed gate, no answer yet.
-    gate.as_mut_slice()?[0] = 0;
-    ack.as_mut_slice()?[0] = 0;
-    let (mut gate_dev, mut ack_dev) = (mapped(&gate)?, mapped(&ack)?);
+    // Zeroed: ticket 0 is never a launch's (the first is 1), a closed gate and no answer yet.
+    // The host writes `gate` and reads `ack` only through volatile accesses.
+    let (mut gate, mut gate_dev) = mapped_host::<u64>(stream, 1)?;
+    let (ack, mut ack_dev) = mapped_host::<u64>(stream, 1)?;
     let gate_ptr = gate.as_mut_ptr()?;
     let ack_ptr = ack.as_ptr()?;
     let count = stream.alloc_zeros::<u32>(1)?;
@@ -843,8 +835,7 @@ unsafe fn gate_rewrite(
         (&mut vocab as *mut i32).cast(),
     ];
     let mut q = p;
-    // SAFETY: initialized by the successful call above.
-    q.func = unsafe { func.assume_init() };
+    q.func = gated;
     q.kernelParams = argv.as_mut_ptr();
     q.extra = std::ptr::null_mut();
     // SAFETY: a kernel node of `graph`; the new parameters are its launch with the twelve

@@ -3115,9 +3115,8 @@ impl Backend for CudaBackend {
                 st.ahead_cancelled += 1;
             }
         }
-        if taken.is_none() {
-            self.upload_changed(&mut c.store, &changed, t0)?;
-        }
+        // Taken: nothing to write (every table was as staged).
+        self.upload_changed(&mut c.store, &changed, t0)?;
         let t1 = now();
         let clock_on = |i: usize| {
             self.replay_clock.as_ref().map(|rc| {
