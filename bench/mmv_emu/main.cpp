@@ -117,12 +117,14 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     return fails;
 }
 
-// `layout FILE K M`: the Q6_K rows in FILE (M rows of K values, in the layout this build reads:
-// the device's planes, or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF) against a fixed activation, a
-// warp a row and two rows a warp; prints each row's two results as hex. run.sh compiles both
-// builds and feeds each its layout of the same weights (tests/mmv_emulation.rs writes them,
-// the planes by plan::q6k_planar): the outputs must agree bit for bit.
-static int layout(const char* path, int k, int m) {
+// `layout FILE K M [q5_0]`: the Q6_K (or Q5_0) rows in FILE (M rows of K values, in the layout
+// this build reads: the device's Q6_K planes, and repacked Q5_0 blocks under
+// -DLOCKSTEP_Q50_REPACK; or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF and Q5_0's default) against
+// a fixed activation, a warp a row and two rows a warp; prints each row's two results as hex.
+// run.sh compiles both builds and feeds each its layout of the same weights
+// (tests/mmv_emulation.rs writes them, the device's by plan::q6k_planar / plan::q50_repacked):
+// the outputs must agree bit for bit.
+static int layout(const char* path, int k, int m, bool q50) {
     FILE* f = fopen(path, "rb");
     if (!f) { printf("cannot open %s\n", path); return 2; }
     std::vector<u8> bytes;
@@ -138,7 +140,8 @@ static int layout(const char* path, int k, int m) {
     std::vector<Q8Blk> xd;
     activation(rng, k, xq, xd);
     std::vector<float> one, two;
-    both_ways<T_Q6_K>(w, xq, xd, k, m, one, two);
+    if (q50) both_ways<T_Q5_0>(w, xq, xd, k, m, one, two);
+    else both_ways<T_Q6_K>(w, xq, xd, k, m, one, two);
     for (int r = 0; r < m; r++) {
         unsigned a, b;
         std::memcpy(&a, &one[r], 4);
@@ -149,7 +152,7 @@ static int layout(const char* path, int k, int m) {
 }
 
 int main(int argc, char** argv) {
-    if (argc > 4 && std::strcmp(argv[1], "layout") == 0) return layout(argv[2], atoi(argv[3]), atoi(argv[4]));
+    if (argc > 4 && std::strcmp(argv[1], "layout") == 0) return layout(argv[2], atoi(argv[3]), atoi(argv[4]), argc > 5 && std::strcmp(argv[5], "q5_0") == 0);
     std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
     bool perturb = getenv("MMV_EMU_PERTURB") != nullptr;
     int fails = 0;

@@ -5,8 +5,8 @@
 # a fast kernel on random weights and activations: two weight rows a warp (fast_rows_nr: the
 # mmv_fast2r / mmv3_fast2r kernels' rows) against a warp a row (fast_rows, mmv_fast1's), bitwise.
 # Usage: bench/mmv_emu/run.sh [seed]; MMV_EMU_PERTURB=1 flips one output's last bit (the
-# harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K rows
-# from GGUF's blocks and from the device's planes (tests/mmv_emulation.rs compares them).
+# harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K and
+# Q5_0 rows from GGUF's blocks and from the device's layouts (tests/mmv_emulation.rs compares them).
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 W=${TMPDIR:-/tmp}/mmv_emu.$$; mkdir -p $W
@@ -24,10 +24,11 @@ open(sys.argv[2], 'w').write(k)
 PY
 CXX="g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu"
 if [ "${1:-}" = layout-build ]; then
-  # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K from GGUF's blocks (-DLOCKSTEP_Q6K_GGUF),
-  # DIR/emu from the device's planes; each then runs `layout FILE K M` (main.cpp).
+  # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K and Q5_0 from GGUF's blocks
+  # (-DLOCKSTEP_Q6K_GGUF, and Q5_0's default), DIR/emu from the device's planes and repacked Q5_0
+  # blocks (-DLOCKSTEP_Q50_REPACK); each then runs `layout FILE K M [q5_0]` (main.cpp).
   $CXX -DLOCKSTEP_Q6K_GGUF $D/main.cpp -o "$2/emu_gguf" &
-  $CXX $D/main.cpp -o "$2/emu"
+  $CXX -DLOCKSTEP_Q50_REPACK $D/main.cpp -o "$2/emu"
   wait
   exit 0
 fi

@@ -313,6 +313,36 @@ __device__ __forceinline__ const u8* q6p_at(const u8* b, int o) {
 #endif
 }
 
+// Q5_0 weights on the device: GGUF's 22-byte blocks, or with LOCKSTEP_Q50_REPACK (knob
+// LOCKSTEP_CUDA_Q50_REPACK=1; the host then uploads plan::q50_repacked's blocks) 24-byte blocks
+// [d (f16), two zero bytes, qh', qs[16]]: a block's words are aligned loads (8 bytes; a row of
+// 640 values 480 bytes), and qh's bits are permuted so that the high bits of a dp4a word's four
+// values are one shift and one mask away instead of hb4's spreading: element 4i + b (the low
+// nibbles of qs word i, byte b) has its high bit at bit 8b + 4 + i of qh', element 16 + 4i + b
+// (the word's high nibbles) at bit 8b + i. The same integers and the same float operations, so
+// every value is bitwise the same (tests/mmv_emulation.rs). The lab found GGUF's decode the bound
+// of a Gemma-3 layer on 16 SMs (bench/cluster_lab/gemma_cluster.cu, BENCHMARKS.md, session 40).
+// Opt-in until the device has verified it (session 40's first device check ran before the host
+// gave the row kernels the device's block size).
+#ifdef LOCKSTEP_Q50_REPACK
+#define Q50_BYTES 24
+#define Q50_QH 4
+#define Q50_QS 8
+#else
+#define Q50_BYTES 22
+#define Q50_QH 2
+#define Q50_QS 6
+#endif
+// The bit of element e's high bit in the block's qh word (GGUF: bit e).
+__device__ __forceinline__ int q50_hbit(int e) {
+#ifdef LOCKSTEP_Q50_REPACK
+    int f = e & 15;
+    return 8 * (f & 3) + (f >> 2) + (e < 16 ? 4 : 0);
+#else
+    return e;
+#endif
+}
+
 // Element `e` of the block at `b`: the same f32 operations, in the same order, as
 // crates/quant/src/dequant.rs (hence bitwise equal to it).
 __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
@@ -340,9 +370,10 @@ __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
     }
     case T_Q5_0: {
         float d = ldh(b);
-        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
-        int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
-        int q = lo | (((qh >> e) & 1) << 4);
+        const u8* h = b + Q50_QH;
+        u32 qh = (u32)h[0] | ((u32)h[1] << 8) | ((u32)h[2] << 16) | ((u32)h[3] << 24);
+        int lo = e < 16 ? (b[Q50_QS + e] & 0xF) : (b[Q50_QS + e - 16] >> 4);
+        int q = lo | (((qh >> q50_hbit(e)) & 1) << 4);
         return (float)(q - 16) * d;
     }
     case T_Q5_1: {
@@ -439,7 +470,7 @@ __device__ __forceinline__ constexpr int block_elems(int ty) {
 }
 __device__ __forceinline__ constexpr int block_bytes(int ty) {
     return ty == T_F32 ? 4 : ty == T_F16 || ty == T_BF16 ? 2 : ty == T_Q4_0 ? 18 : ty == T_Q4_1 ? 20
-         : ty == T_Q5_0 ? 22 : ty == T_Q5_1 ? 24 : ty == T_Q8_0 ? 34 : ty == T_Q2_K ? 84
+         : ty == T_Q5_0 ? Q50_BYTES : ty == T_Q5_1 ? 24 : ty == T_Q8_0 ? 34 : ty == T_Q2_K ? 84
          : ty == T_Q3_K ? 110 : ty == T_Q4_K ? 144 : ty == T_Q5_K ? 176 : ty == T_Q6_K ? 210
          : ty == T_IQ4_NL ? 18 : 136;
 }
@@ -517,12 +548,13 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
         }
     } else if constexpr (TY == T_Q5_0) {
         float d = ldh(b);
-        u32 qh = (u32)b[2] | ((u32)b[3] << 8) | ((u32)b[4] << 16) | ((u32)b[5] << 24);
+        const u8* h = b + Q50_QH;
+        u32 qh = (u32)h[0] | ((u32)h[1] << 8) | ((u32)h[2] << 16) | ((u32)h[3] << 24);
 #pragma unroll
         for (int cc = 0; cc < 4; cc++) {
             int e = 8 * cc + l;
-            int lo = e < 16 ? (b[6 + e] & 0xF) : (b[6 + e - 16] >> 4);
-            int q = lo | (((qh >> e) & 1) << 4);
+            int lo = e < 16 ? (b[Q50_QS + e] & 0xF) : (b[Q50_QS + e - 16] >> 4);
+            int q = lo | (((qh >> q50_hbit(e)) & 1) << 4);
             w[cc] = (float)(q - 16) * d;
         }
     } else {
@@ -3029,6 +3061,11 @@ __device__ __forceinline__ unsigned long long wpol() {
 LDW_SCALAR(ldw1, u32, "u8", "r")
 LDW_SCALAR(ldw2, u16, "u16", "h")
 LDW_SCALAR(ldw4, u32, "u32", "r")
+__device__ __forceinline__ uint2 ldw8(const void* p) {
+    uint2 v;
+    asm("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(wpol()));
+    return v;
+}
 __device__ __forceinline__ uint4 ldw16(const void* p) {
     uint4 v;
     asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
@@ -3040,6 +3077,7 @@ __device__ __forceinline__ uint4 ldw16(const void* p) {
 __device__ __forceinline__ u32 ldw1(const void* p) { return *(const u8*)p; }
 __device__ __forceinline__ u16 ldw2(const void* p) { return ld16((const u8*)p); }
 __device__ __forceinline__ u32 ldw4(const void* p) { return *(const u32*)p; }
+__device__ __forceinline__ uint2 ldw8(const void* p) { return *(const uint2*)p; }
 __device__ __forceinline__ uint4 ldw16(const void* p) { return *(const uint4*)p; }
 #endif
 __device__ __forceinline__ float ldwh(const u8* p) { return h2f(ldw2(p)); }
@@ -3123,6 +3161,7 @@ struct FastUnit<T_Q5_0> {
     float d;
     int q[8];
     __device__ __forceinline__ void load(const u8* row, int u) {
+#ifndef LOCKSTEP_Q50_REPACK
         const u8* b = row + (size_t)u * 22;
         d = ldwh(b);
         int w[5];  // qh, then the 16 quant bytes
@@ -3134,6 +3173,19 @@ struct FastUnit<T_Q5_0> {
             q[i] = (v & 0x0F0F0F0F) | hb4(qh >> (4 * i));
             q[4 + i] = ((v >> 4) & 0x0F0F0F0F) | hb4(qh >> (16 + 4 * i));
         }
+#else
+        // the device's blocks (Q50_BYTES): three aligned 8-byte loads, each word's high bits
+        // one shift and one mask from qh'
+        const u8* b = row + (size_t)u * 24;
+        uint2 h = ldw8(b), v0 = ldw8(b + 8), v1 = ldw8(b + 16);
+        d = h2f((u16)(h.x & 0xFFFFu));
+        u32 qh = h.y, v[4] = {v0.x, v0.y, v1.x, v1.y};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            q[i] = (int)((v[i] & 0x0F0F0F0Fu) | ((qh >> i) & 0x10101010u));
+            q[4 + i] = (int)(((v[i] >> 4) & 0x0F0F0F0Fu) | ((qh << (4 - i)) & 0x10101010u));
+        }
+#endif
     }
     __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
         const int4* xv = (const int4*)(xq + (size_t)u * 32);

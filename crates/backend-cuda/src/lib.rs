@@ -217,7 +217,8 @@ impl CudaTensor {
     }
 }
 
-/// A weight on the device in its GGUF encoding (Q6_K in planes: `plan::q6k_planar`); vectors
+/// A weight on the device in its GGUF encoding (Q6_K in planes: `plan::q6k_planar`; Q5_0 in
+/// 24-byte blocks: `plan::q50_repacked`); vectors
 /// (norm weights, biases) also as f32.
 pub struct CudaWeight {
     desc: QuantDesc,
@@ -3458,7 +3459,8 @@ impl Backend for CudaBackend {
             name: w.name.to_string(),
             why,
         };
-        let desc = plan::quant_desc(w.ty).ok_or_else(|| {
+        let q50_repacked = w.ty == lockstep_quant::GgmlType::Q5_0 && knobs::q50_repack_knob();
+        let desc = plan::device_desc(w.ty, q50_repacked).ok_or_else(|| {
             bad(format!(
                 "type {} is not supported by the cuda backend",
                 w.ty
@@ -3476,7 +3478,7 @@ impl Backend for CudaBackend {
             return Err(bad(format!("rows of {cols} values are too long")));
         }
         let rows = (n as usize) / cols;
-        let expected = rows * (cols / desc.block as usize) * desc.bytes as usize;
+        let expected = rows * (cols / desc.block as usize) * w.ty.type_size();
         if w.data.len() != expected {
             return Err(bad(format!(
                 "{} bytes for {rows} x {cols} {} (expected {expected})",
@@ -3489,10 +3491,19 @@ impl Backend for CudaBackend {
                 .ok_or_else(|| bad("not whole Q6_K super-blocks".to_string()))?;
             self.upload_aligned(w.name, &planar, plan::Q6K_GROUP)?
         } else {
+            let repacked = if q50_repacked {
+                Some(
+                    plan::q50_repacked(w.data)
+                        .ok_or_else(|| bad("not whole Q5_0 blocks".to_string()))?,
+                )
+            } else {
+                None
+            };
+            let bytes = repacked.as_deref().unwrap_or(w.data);
             // Padded: the matmul stages rows with aligned 16-byte loads.
-            let mut padded = Vec::with_capacity(w.data.len() + plan::WEIGHT_PAD);
-            padded.extend_from_slice(w.data);
-            padded.resize(w.data.len() + plan::WEIGHT_PAD, 0);
+            let mut padded = Vec::with_capacity(bytes.len() + plan::WEIGHT_PAD);
+            padded.extend_from_slice(bytes);
+            padded.resize(bytes.len() + plan::WEIGHT_PAD, 0);
             WeightBytes {
                 alloc: self.upload(w.name, &padded)?,
                 inner: None,

@@ -40,6 +40,20 @@ pub fn quant_desc(ty: GgmlType) -> Option<QuantDesc> {
     })
 }
 
+/// [`quant_desc`] for the bytes as uploaded: a repacked Q5_0 block ([`q50_repacked`]) is 24
+/// bytes, and the kernels that walk rows by the host's block size (embed_rows, dequant_rows,
+/// dequant_rows_f16) must step by those.
+pub fn device_desc(ty: GgmlType, q50_repacked: bool) -> Option<QuantDesc> {
+    quant_desc(ty).map(|d| QuantDesc {
+        bytes: if q50_repacked && ty == GgmlType::Q5_0 {
+            Q50_DEVICE_BLOCK as i32
+        } else {
+            d.bytes
+        },
+        ..d
+    })
+}
+
 /// Threads per block of the matmul kernels: 4 warps, each covering 4 weight rows.
 pub const MATMUL_THREADS: u32 = 128;
 /// Weight rows per matmul block.
@@ -101,6 +115,44 @@ pub fn q6k_planar(gguf: &[u8]) -> Option<Vec<u8>> {
             }
             ds[2 * m..2 * m + 2].copy_from_slice(d);
         }
+    }
+    Some(out)
+}
+
+/// Bytes of a Q5_0 block (32 values) in GGUF and repacked for the device (kernels.cu `Q50_BYTES`
+/// under `LOCKSTEP_Q50_REPACK`).
+pub const Q50_BLOCK: usize = 22;
+pub const Q50_DEVICE_BLOCK: usize = 24;
+
+/// The bit of a device Q5_0 block's qh word that holds element `e`'s high bit (kernels.cu
+/// `q50_hbit`): element `4 i + b` (the low nibbles of qs word `i`, byte `b`) at `8 b + 4 + i`,
+/// element `16 + 4 i + b` (that word's high nibbles) at `8 b + i`. So a dp4a word's four high
+/// bits are `(qh >> i) & 0x10101010` and `(qh << (4 - i)) & 0x10101010`.
+pub fn q50_hbit(e: usize) -> usize {
+    let f = e & 15;
+    8 * (f & 3) + (f >> 2) + if e < 16 { 4 } else { 0 }
+}
+
+/// A Q5_0 tensor's GGUF bytes (whole 22-byte blocks: d, qh, qs[16]) as the device's 24-byte
+/// blocks (kernels.cu `Q50_BYTES`): d, two zero bytes, qh with its bits moved to
+/// [`q50_hbit`]'s places, qs. Aligned words and a cheaper decode, the same values. None when
+/// the bytes are not whole blocks.
+pub fn q50_repacked(gguf: &[u8]) -> Option<Vec<u8>> {
+    if !gguf.len().is_multiple_of(Q50_BLOCK) {
+        return None;
+    }
+    let mut out = vec![0u8; gguf.len() / Q50_BLOCK * Q50_DEVICE_BLOCK];
+    for (src, dst) in gguf
+        .chunks_exact(Q50_BLOCK)
+        .zip(out.chunks_exact_mut(Q50_DEVICE_BLOCK))
+    {
+        let (d, rest) = src.split_at(2);
+        let (qh, qs) = rest.split_at(4);
+        let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+        let moved = (0..32).fold(0u32, |acc, e| acc | (((qh >> e) & 1) << q50_hbit(e)));
+        dst[..2].copy_from_slice(d);
+        dst[4..8].copy_from_slice(&moved.to_le_bytes());
+        dst[8..].copy_from_slice(qs);
     }
     Some(out)
 }
@@ -1769,6 +1821,87 @@ mod tests {
             }
         }
         assert!(q6k_planar(&[0u8; 211]).is_none());
+    }
+
+    #[test]
+    fn q50_blocks_on_the_device_hold_every_value() {
+        // Every element's 5-bit integer and d read from the device block (as kernels.cu's deq
+        // reads it) equal GGUF's, for blocks of varied bytes, and the permutation is one.
+        let mut seen = [false; 32];
+        for e in 0..32 {
+            assert!(!seen[q50_hbit(e)], "element {e} shares bit {}", q50_hbit(e));
+            seen[q50_hbit(e)] = true;
+        }
+        for (i, b) in [1usize, 4, 8].iter().enumerate() {
+            let _ = i;
+            let mut g = b * 31 + 7;
+            let gguf: Vec<u8> = (0..b * Q50_BLOCK)
+                .map(|_| {
+                    g = (g * 1103515245 + 12345) % 2147483648;
+                    (g >> 16) as u8
+                })
+                .collect();
+            let dev = q50_repacked(&gguf).expect("whole blocks");
+            assert_eq!(dev.len(), b * Q50_DEVICE_BLOCK);
+            for (src, dst) in gguf.chunks_exact(22).zip(dev.chunks_exact(24)) {
+                assert_eq!(src[..2], dst[..2], "d");
+                assert_eq!(dst[2..4], [0, 0], "padding");
+                let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
+                let qh_dev = u32::from_le_bytes([dst[4], dst[5], dst[6], dst[7]]);
+                for e in 0..32 {
+                    let nib = |qs: &[u8]| if e < 16 { qs[e] & 15 } else { qs[e - 16] >> 4 };
+                    let want = nib(&src[6..]) | (((qh >> e) & 1) as u8) << 4;
+                    let got = nib(&dst[8..]) | (((qh_dev >> q50_hbit(e)) & 1) as u8) << 4;
+                    assert_eq!(got, want, "element {e}");
+                }
+                // FastUnit<T_Q5_0>'s word decode: word i's bytes b hold elements 4i + b and 16 + 4i + b.
+                for i in 0..4 {
+                    let lo = (qh_dev >> i) & 0x1010_1010;
+                    let hi = (qh_dev << (4 - i)) & 0x1010_1010;
+                    for b in 0..4 {
+                        assert_eq!((lo >> (8 * b + 4)) & 1, (qh >> (4 * i + b)) & 1);
+                        assert_eq!((hi >> (8 * b + 4)) & 1, (qh >> (16 + 4 * i + b)) & 1);
+                    }
+                }
+            }
+        }
+        assert!(q50_repacked(&[0u8; 23]).is_none());
+        // The row kernels step by the uploaded block's bytes.
+        let desc = |ty, on| device_desc(ty, on).expect("supported").bytes;
+        assert_eq!(desc(GgmlType::Q5_0, true), 24);
+        assert_eq!(desc(GgmlType::Q5_0, false), 22);
+        assert_eq!(desc(GgmlType::Q8_0, true), 34);
+        assert_eq!(desc(GgmlType::Q6K, true), 210);
+        // The values through lockstep-quant's dequantizer: the device blocks' decode agrees.
+        let gguf: Vec<u8> = (0..4 * Q50_BLOCK)
+            .map(|i| {
+                if i % 22 == 1 {
+                    0x2c
+                } else {
+                    (i * 37 + 11) as u8
+                }
+            })
+            .collect();
+        let want = lockstep_quant::dequantize(GgmlType::Q5_0, &gguf, 128).expect("Q5_0");
+        let dev = q50_repacked(&gguf).expect("whole blocks");
+        for (k, blk) in dev.chunks_exact(24).enumerate() {
+            let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+            for e in 0..32 {
+                let lo = if e < 16 {
+                    blk[8 + e] & 15
+                } else {
+                    blk[8 + e - 16] >> 4
+                };
+                let q = i32::from(lo | (((qh >> q50_hbit(e)) & 1) as u8) << 4);
+                let v = (q - 16) as f32 * d;
+                assert_eq!(
+                    v.to_bits(),
+                    want[32 * k + e].to_bits(),
+                    "block {k} element {e}"
+                );
+            }
+        }
     }
 
     #[test]

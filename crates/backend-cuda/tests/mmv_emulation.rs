@@ -146,3 +146,96 @@ fn q6k_planes_compute_what_gguf_blocks_compute() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Random Q5_0 rows (every block's `d` a small finite half), `m` rows of `k` values.
+fn q50_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    let mut out: Vec<u8> = (0..k / 32 * 22 * m)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 56) as u8
+        })
+        .collect();
+    for block in out.chunks_exact_mut(22) {
+        block[1] %= 0x2C;
+    }
+    out
+}
+
+/// The repacked Q5_0 blocks (`plan::q50_repacked`: 24 bytes, qh's bits permuted; kernels.cu
+/// `Q50_BYTES` and `FastUnit<T_Q5_0>` under `-DLOCKSTEP_Q50_REPACK`, knob
+/// `LOCKSTEP_CUDA_Q50_REPACK=1`) give every fast mat-vec row bitwise what GGUF's 22-byte blocks
+/// give: both builds of the kernels' own source on the same rows, repacked by the backend's own
+/// function. Rows of 640 values (Gemma-3's), 576 (SmolLM2's) and 2048 (Gemma-3's down), odd and
+/// even row counts.
+#[test]
+fn q50_device_blocks_compute_what_gguf_blocks_compute() {
+    if !gxx_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("lockstep_q50_layout_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/mmv_emu/run.sh");
+    let built = Command::new("bash")
+        .arg(script)
+        .arg("layout-build")
+        .arg(&dir)
+        .output()
+        .expect("bash runs");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let rows = |emu: &std::path::Path, bytes: &[u8], k: usize, m: usize| {
+        let file = emu.with_extension("q50");
+        std::fs::write(&file, bytes).expect("write");
+        let out = Command::new(emu)
+            .arg("layout")
+            .arg(&file)
+            .arg(k.to_string())
+            .arg(m.to_string())
+            .arg("q5_0")
+            .output()
+            .expect("the emulation runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{text}");
+        text.lines()
+            .filter(|l| l.starts_with("row "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (emu_gguf, emu_dev) = (dir.join("emu_gguf"), dir.join("emu"));
+    for (k, m, seed) in [(640usize, 13usize, 4u64), (576, 8, 5), (2048, 9, 6)] {
+        let gguf = q50_rows(k, m, seed);
+        let dev = lockstep_backend_cuda::plan::q50_repacked(&gguf).expect("whole blocks");
+        let a = rows(&emu_gguf, &gguf, k, m);
+        let b = rows(&emu_dev, &dev, k, m);
+        assert_eq!(a.len(), m, "k {k}: {a:?}");
+        assert_eq!(a, b, "k {k}: GGUF's blocks against the device's");
+        let mut nonzero = 0;
+        for line in &a {
+            let bits: Vec<u32> = line
+                .split_whitespace()
+                .skip(2)
+                .map(|h| u32::from_str_radix(h, 16).expect("hex"))
+                .collect();
+            assert_eq!(bits.len(), 2, "{line}");
+            assert_eq!(bits[0], bits[1], "{line}");
+            assert!(f32::from_bits(bits[0]).is_finite(), "{line}");
+            nonzero += usize::from(f32::from_bits(bits[0]) != 0.0);
+        }
+        assert!(nonzero > m / 2, "k {k}: {a:?}");
+        // One high bit moved in the device's blocks is seen: the comparison can fail.
+        let mut bad = dev.clone();
+        bad[4] ^= 0x10;
+        assert_ne!(
+            rows(&emu_dev, &bad, k, m),
+            a,
+            "k {k}: a changed qh bit went unnoticed"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

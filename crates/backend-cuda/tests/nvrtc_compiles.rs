@@ -252,6 +252,7 @@ fn the_comparison_builds_compile() {
         "-DLOCKSTEP_ATTN_PLAIN_LATE",
         "-DLOCKSTEP_LAUNCH_AT_ENTRY",
         "-DLOCKSTEP_Q6K_GGUF",
+        "-DLOCKSTEP_Q50_REPACK",
         "-DLOCKSTEP_KV_F16",
     ]);
     // Without LOCKSTEP_FAST_F32: also the exact kernels' build (and LOCKSTEP_CUDA_FAST_F64=1's),
