@@ -46,6 +46,9 @@
 #define LOCKSTEP_FAST_F32
 #define LOCKSTEP_WEIGHTS_EVICT_NORMAL  // FastUnit's loads as plain loads: they read shared memory here
 #define LOCKSTEP_Q6K_GGUF
+#ifdef LAB_Q5P
+#define LOCKSTEP_Q50_REPACK  // FastUnit<T_Q5_0> on the repacked blocks (Q5P below)
+#endif
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
 #include "../../crates/backend-cuda/src/kernels.cu"
@@ -72,46 +75,18 @@ namespace cg = cooperative_groups;
     } while (0)
 
 // LAB_UNROLL: units a lane unrolls (loads in flight); LAB_DOWN_Q4K: the down rows in Q4_K (the
-// file's other kind of layer) instead of Q6_K; LAB_Q6P: Q6_K in the backend's planes; LAB_Q5P: the Q5_0
-// rows repacked (Q5P below).
+// file's other kind of layer) instead of Q6_K; LAB_Q6P: Q6_K in the backend's planes; LAB_Q5P:
+// the Q5_0 rows repacked (Q5P below); LAB_Q5X: only their qh bits permuted (Q5X).
 #ifndef LAB_UNROLL
 #define LAB_UNROLL 8  // the first runs' default; 1 or 2 spill less (runs.txt)
 #endif
 namespace lab {
-// Q5P: Q5_0 repacked (at upload, in a backend): 24-byte blocks [d f16, 2 bytes of padding, qh',
-// qs[16]], aligned to 8 bytes, with qh's bits permuted so that a dp4a word's four high bits are
-// one shift and one mask away: qh' bit 8b + 4 + i is qh bit 4i + b (the low nibbles of qs word
-// i) and qh' bit 8b + i is qh bit 16 + 4i + b (its high nibbles), b, i = 0..3. The same
-// integers as FastUnit<T_Q5_0> and the same float operations: bitwise its dots.
-constexpr int T_Q5P = 100;
-struct Q5P {
-    static constexpr int E = 32;
-    float d;
-    int q[8];
-    __device__ __forceinline__ void load(const u8* row, int u) {
-        const u8* b = row + (size_t)u * 24;
-        uint2 h = *(const uint2*)b;
-        uint2 v0 = *(const uint2*)(b + 8), v1 = *(const uint2*)(b + 16);
-        d = h2f((u16)(h.x & 0xFFFF));
-        u32 qh = h.y, v[4] = {v0.x, v0.y, v1.x, v1.y};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            q[i] = (int)((v[i] & 0x0F0F0F0Fu) | ((qh >> i) & 0x10101010u));
-            q[4 + i] = (int)(((v[i] >> 4) & 0x0F0F0F0Fu) | ((qh << (4 - i)) & 0x10101010u));
-        }
-    }
-    __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
-        const int4* xv = (const int4*)(xq + (size_t)u * 32);
-        int4 x0 = xv[0], x1 = xv[1];
-        int xa[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a(q[i], xa[i], s);
-        Q8Blk a = xd[u];
-        s -= 16 * a.s;
-        return __fmaf_rn(d * a.d, (float)s, acc);
-    }
-};
+// Q5P (LAB_Q5P): Q5_0 repacked as the backend repacks it (plan::q50_repacked; kernels.cu
+// Q50_BYTES under LOCKSTEP_Q50_REPACK, defined above): 24-byte blocks [d, two zero bytes, qh',
+// qs[16]], qh's bits permuted so a dp4a word's high bits are one shift and one mask away. The
+// lab's own copy of that decoder ran calls 7-10 (bench/session40/runs.txt); the backend's is the
+// same code. FastUnit<T_Q5_0> then reads these blocks.
+constexpr int T_Q5P = T_Q5_0;
 // Q6P: Q6_K in the backend's planes (kernels.cu, plan::q6k_planar: a row of 2048 values is one
 // group of 8 super-blocks, 1680 bytes), the group's start given by the row (the backend finds it
 // from the address: q6p_member). FastUnit<T_Q6_K>'s planar load otherwise, and its dot.
@@ -140,7 +115,7 @@ struct Q6P : FastUnit<T_Q6_K> {
 // as FastUnit<T_Q5_0> reads them, aligned loads and funnel shifts): what the permutation alone
 // gives, a layout that keeps every row's bytes.
 constexpr int T_Q5X = 102;
-struct Q5X : Q5P {
+struct Q5X : FastUnit<T_Q5_0> {
     __device__ __forceinline__ void load(const u8* row, int u) {
         const u8* b = row + (size_t)u * 22;
         d = ldwh(b);
@@ -166,10 +141,6 @@ struct Unit<T_Q5X> {
 template <>
 struct Unit<T_Q6P> {
     using T = Q6P;
-};
-template <>
-struct Unit<T_Q5P> {
-    using T = Q5P;
 };
 #ifdef LAB_Q5P
 constexpr int T_Q5 = T_Q5P, Q5_BLOCK = 24;
@@ -977,7 +948,7 @@ static std::vector<uint8_t> pack(const Model& M) {
             }
             return;
         }
-        if (w.ty == T_Q5_0 && T_Q5 == T_Q5P) {
+        if (w.ty == T_Q5_0 && Q5_BLOCK == 24) {
             for (size_t k = 0; k < (size_t)n * w.row_bytes() / 22; k++)
                 q5p_block(&w.q[(size_t)r0 * w.row_bytes() + 22 * k], dst + 24 * k);
             return;
@@ -1170,7 +1141,7 @@ int main() {
     printf("device: %s, %d SMs; a cluster of %d blocks of %d threads, %zu bytes of shared memory a block; "
            "%.2f MB of weights a layer (%s q/k/gate/up, Q8_0 v, Q4_K o, %s down), %.2f MB with the norms' copies; "
            "units unrolled: %d\n",
-           prop.name, prop.multiProcessorCount, CS, THREADS, SMEM, wbytes / 1e6, T_Q5 == T_Q5P ? "Q5_0 repacked (Q5P)" : T_Q5 == T_Q5X ? "Q5_0, qh permuted (Q5X)" : "Q5_0", T_DOWN == T_Q6_K ? "Q6_K" : T_DOWN == T_Q6P ? "Q6_K in planes" : "Q4_K",
+           prop.name, prop.multiProcessorCount, CS, THREADS, SMEM, wbytes / 1e6, Q5_BLOCK == 24 ? "Q5_0 repacked (Q5P)" : T_Q5 == T_Q5X ? "Q5_0, qh permuted (Q5X)" : "Q5_0", T_DOWN == T_Q6_K ? "Q6_K" : T_DOWN == T_Q6P ? "Q6_K in planes" : "Q4_K",
            (double)LAYER_BYTES * CS / 1e6, LAB_UNROLL);
     for (int pos : {64, 127, 511}) run(M, kc, vc, x0, pos);
     return 0;

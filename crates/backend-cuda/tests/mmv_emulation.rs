@@ -68,15 +68,16 @@ fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Each row's (a warp a row, two rows a warp) bits as `emu` (one of run.sh's layout builds)
-/// prints them for the Q6_K rows in `bytes`.
-fn layout_rows(emu: &std::path::Path, bytes: &[u8], k: usize, m: usize) -> Vec<String> {
-    let file = emu.with_extension("weights");
+/// prints them for the rows in `bytes` (Q6_K, or Q5_0 with `ty` "q5_0").
+fn layout_rows(emu: &std::path::Path, bytes: &[u8], k: usize, m: usize, ty: &str) -> Vec<String> {
+    let file = emu.with_extension(format!("weights{ty}"));
     std::fs::write(&file, bytes).expect("write");
     let out = Command::new(emu)
         .arg("layout")
         .arg(&file)
         .arg(k.to_string())
         .arg(m.to_string())
+        .arg(ty)
         .output()
         .expect("the emulation runs");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -87,16 +88,9 @@ fn layout_rows(emu: &std::path::Path, bytes: &[u8], k: usize, m: usize) -> Vec<S
         .collect()
 }
 
-/// The device's Q6_K planes (`plan::q6k_planar`, read through kernels.cu `q6p_at`) give every
-/// fast mat-vec row bitwise what GGUF's blocks give: the kernels' own source, both builds
-/// (`-DLOCKSTEP_Q6K_GGUF` and the default), on the same rows repacked by the backend's own
-/// function. Row lengths of 2 super-blocks, 8 (a row a group) and 17 (groups straddling rows).
-#[test]
-fn q6k_planes_compute_what_gguf_blocks_compute() {
-    if !gxx_or_skip() {
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("lockstep_q6k_layout_{}", std::process::id()));
+/// run.sh's two layout builds in a fresh directory: (GGUF's blocks, the device's layouts).
+fn layout_builds(tag: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("lockstep_{tag}_layout_{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/mmv_emu/run.sh");
     let built = Command::new("bash")
@@ -110,39 +104,60 @@ fn q6k_planes_compute_what_gguf_blocks_compute() {
         "{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let (emu_gguf, emu_planes) = (dir.join("emu_gguf"), dir.join("emu"));
-    let layout_run = |gguf: &[u8], planes: &[u8], k: usize, m: usize| {
-        (
-            layout_rows(&emu_gguf, gguf, k, m),
-            layout_rows(&emu_planes, planes, k, m),
-        )
-    };
+    (dir.join("emu_gguf"), dir.join("emu"), dir)
+}
+
+/// Real values: m rows, each finite, a warp a row equal to two rows a warp, most not zero.
+fn assert_real_rows(rows: &[String], k: usize, m: usize) {
+    assert_eq!(rows.len(), m, "k {k}: {rows:?}");
+    let mut nonzero = 0;
+    for line in rows {
+        let bits: Vec<u32> = line
+            .split_whitespace()
+            .skip(2)
+            .map(|h| u32::from_str_radix(h, 16).expect("hex"))
+            .collect();
+        assert_eq!(bits.len(), 2, "{line}");
+        assert_eq!(bits[0], bits[1], "{line}");
+        assert!(f32::from_bits(bits[0]).is_finite(), "{line}");
+        nonzero += usize::from(f32::from_bits(bits[0]) != 0.0);
+    }
+    assert!(nonzero > m / 2, "k {k}: {rows:?}");
+}
+
+/// The device's Q6_K planes (`plan::q6k_planar`, read through kernels.cu `q6p_at`) give every
+/// fast mat-vec row bitwise what GGUF's blocks give: the kernels' own source, both builds
+/// (`-DLOCKSTEP_Q6K_GGUF` and the default), on the same rows repacked by the backend's own
+/// function. Row lengths of 2 super-blocks, 8 (a row a group) and 17 (groups straddling rows).
+#[test]
+fn q6k_planes_compute_what_gguf_blocks_compute() {
+    if !gxx_or_skip() {
+        return;
+    }
+    let (emu_gguf, emu_planes, dir) = layout_builds("q6k");
     for (k, m, seed) in [(512usize, 13usize, 1u64), (2048, 9, 2), (4352, 11, 3)] {
         let gguf = q6k_rows(k, m, seed);
         let planes = lockstep_backend_cuda::plan::q6k_planar(&gguf).expect("whole blocks");
-        let (a, b) = layout_run(&gguf, &planes, k, m);
-        assert_eq!(a.len(), m, "k {k}: {a:?}");
-        assert_eq!(a, b, "k {k}: GGUF's blocks against the planes");
-        // Real values: finite, not all zero, and a warp a row equal to two rows a warp.
-        let mut nonzero = 0;
-        for line in &a {
-            let bits: Vec<u32> = line
-                .split_whitespace()
-                .skip(2)
-                .map(|h| u32::from_str_radix(h, 16).expect("hex"))
-                .collect();
-            assert_eq!(bits.len(), 2, "{line}");
-            assert_eq!(bits[0], bits[1], "{line}");
-            assert!(f32::from_bits(bits[0]).is_finite(), "{line}");
-            nonzero += usize::from(f32::from_bits(bits[0]) != 0.0);
-        }
-        assert!(nonzero > m / 2, "k {k}: {a:?}");
+        let a = layout_rows(&emu_gguf, &gguf, k, m, "");
+        assert_eq!(
+            a,
+            layout_rows(&emu_planes, &planes, k, m, ""),
+            "k {k}: GGUF's blocks against the planes"
+        );
+        assert_real_rows(&a, k, m);
         // One byte of the planes moved breaks it: the comparison can fail.
         let mut bad = planes.clone();
         bad[17] ^= 0x10;
-        let (a2, b2) = layout_run(&gguf, &bad, k, m);
-        assert_eq!(a2, a, "the GGUF build read the same file");
-        assert_ne!(a2, b2, "k {k}: a changed plane byte went unnoticed");
+        assert_eq!(
+            layout_rows(&emu_gguf, &gguf, k, m, ""),
+            a,
+            "the GGUF build read the same file"
+        );
+        assert_ne!(
+            layout_rows(&emu_planes, &bad, k, m, ""),
+            a,
+            "k {k}: a changed plane byte went unnoticed"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -175,64 +190,22 @@ fn q50_device_blocks_compute_what_gguf_blocks_compute() {
     if !gxx_or_skip() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("lockstep_q50_layout_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/mmv_emu/run.sh");
-    let built = Command::new("bash")
-        .arg(script)
-        .arg("layout-build")
-        .arg(&dir)
-        .output()
-        .expect("bash runs");
-    assert!(
-        built.status.success(),
-        "{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    let rows = |emu: &std::path::Path, bytes: &[u8], k: usize, m: usize| {
-        let file = emu.with_extension("q50");
-        std::fs::write(&file, bytes).expect("write");
-        let out = Command::new(emu)
-            .arg("layout")
-            .arg(&file)
-            .arg(k.to_string())
-            .arg(m.to_string())
-            .arg("q5_0")
-            .output()
-            .expect("the emulation runs");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "{text}");
-        text.lines()
-            .filter(|l| l.starts_with("row "))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    let (emu_gguf, emu_dev) = (dir.join("emu_gguf"), dir.join("emu"));
+    let (emu_gguf, emu_dev, dir) = layout_builds("q50");
     for (k, m, seed) in [(640usize, 13usize, 4u64), (576, 8, 5), (2048, 9, 6)] {
         let gguf = q50_rows(k, m, seed);
         let dev = lockstep_backend_cuda::plan::q50_repacked(&gguf).expect("whole blocks");
-        let a = rows(&emu_gguf, &gguf, k, m);
-        let b = rows(&emu_dev, &dev, k, m);
-        assert_eq!(a.len(), m, "k {k}: {a:?}");
-        assert_eq!(a, b, "k {k}: GGUF's blocks against the device's");
-        let mut nonzero = 0;
-        for line in &a {
-            let bits: Vec<u32> = line
-                .split_whitespace()
-                .skip(2)
-                .map(|h| u32::from_str_radix(h, 16).expect("hex"))
-                .collect();
-            assert_eq!(bits.len(), 2, "{line}");
-            assert_eq!(bits[0], bits[1], "{line}");
-            assert!(f32::from_bits(bits[0]).is_finite(), "{line}");
-            nonzero += usize::from(f32::from_bits(bits[0]) != 0.0);
-        }
-        assert!(nonzero > m / 2, "k {k}: {a:?}");
+        let a = layout_rows(&emu_gguf, &gguf, k, m, "q5_0");
+        assert_eq!(
+            a,
+            layout_rows(&emu_dev, &dev, k, m, "q5_0"),
+            "k {k}: GGUF's blocks against the device's"
+        );
+        assert_real_rows(&a, k, m);
         // One high bit moved in the device's blocks is seen: the comparison can fail.
         let mut bad = dev.clone();
         bad[4] ^= 0x10;
         assert_ne!(
-            rows(&emu_dev, &bad, k, m),
+            layout_rows(&emu_dev, &bad, k, m, "q5_0"),
             a,
             "k {k}: a changed qh bit went unnoticed"
         );
