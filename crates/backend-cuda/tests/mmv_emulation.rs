@@ -125,6 +125,44 @@ fn assert_real_rows(rows: &[String], k: usize, m: usize) {
     assert!(nonzero > m / 2, "k {k}: {rows:?}");
 }
 
+/// One device layout against GGUF's blocks: for each (k, m, seed), `rows` GGUF rows, `device`
+/// their device layout, both builds' results bitwise equal and real; then byte `flip.0` of the
+/// device's bytes XORed with `flip.1` must change them (the comparison can fail).
+fn check_layout(
+    tag: &str,
+    ty: &str,
+    cases: &[(usize, usize, u64)],
+    rows: fn(usize, usize, u64) -> Vec<u8>,
+    device: fn(&[u8]) -> Option<Vec<u8>>,
+    flip: (usize, u8),
+) {
+    let (emu_gguf, emu_dev, dir) = layout_builds(tag);
+    for &(k, m, seed) in cases {
+        let gguf = rows(k, m, seed);
+        let dev = device(&gguf).expect("whole blocks");
+        let a = layout_rows(&emu_gguf, &gguf, k, m, ty);
+        assert_eq!(
+            a,
+            layout_rows(&emu_dev, &dev, k, m, ty),
+            "k {k}: GGUF's blocks against the device's"
+        );
+        assert_real_rows(&a, k, m);
+        let mut bad = dev.clone();
+        bad[flip.0] ^= flip.1;
+        assert_eq!(
+            layout_rows(&emu_gguf, &gguf, k, m, ty),
+            a,
+            "the GGUF build read the same file"
+        );
+        assert_ne!(
+            layout_rows(&emu_dev, &bad, k, m, ty),
+            a,
+            "k {k}: a changed byte went unnoticed"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The device's Q6_K planes (`plan::q6k_planar`, read through kernels.cu `q6p_at`) give every
 /// fast mat-vec row bitwise what GGUF's blocks give: the kernels' own source, both builds
 /// (`-DLOCKSTEP_Q6K_GGUF` and the default), on the same rows repacked by the backend's own
@@ -134,32 +172,14 @@ fn q6k_planes_compute_what_gguf_blocks_compute() {
     if !gxx_or_skip() {
         return;
     }
-    let (emu_gguf, emu_planes, dir) = layout_builds("q6k");
-    for (k, m, seed) in [(512usize, 13usize, 1u64), (2048, 9, 2), (4352, 11, 3)] {
-        let gguf = q6k_rows(k, m, seed);
-        let planes = lockstep_backend_cuda::plan::q6k_planar(&gguf).expect("whole blocks");
-        let a = layout_rows(&emu_gguf, &gguf, k, m, "");
-        assert_eq!(
-            a,
-            layout_rows(&emu_planes, &planes, k, m, ""),
-            "k {k}: GGUF's blocks against the planes"
-        );
-        assert_real_rows(&a, k, m);
-        // One byte of the planes moved breaks it: the comparison can fail.
-        let mut bad = planes.clone();
-        bad[17] ^= 0x10;
-        assert_eq!(
-            layout_rows(&emu_gguf, &gguf, k, m, ""),
-            a,
-            "the GGUF build read the same file"
-        );
-        assert_ne!(
-            layout_rows(&emu_planes, &bad, k, m, ""),
-            a,
-            "k {k}: a changed plane byte went unnoticed"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    check_layout(
+        "q6k",
+        "",
+        &[(512, 13, 1), (2048, 9, 2), (4352, 11, 3)],
+        q6k_rows,
+        lockstep_backend_cuda::plan::q6k_planar,
+        (17, 0x10),
+    );
 }
 
 /// Random Q5_0 rows (every block's `d` a small finite half), `m` rows of `k` values.
@@ -190,25 +210,13 @@ fn q50_device_blocks_compute_what_gguf_blocks_compute() {
     if !gxx_or_skip() {
         return;
     }
-    let (emu_gguf, emu_dev, dir) = layout_builds("q50");
-    for (k, m, seed) in [(640usize, 13usize, 4u64), (576, 8, 5), (2048, 9, 6)] {
-        let gguf = q50_rows(k, m, seed);
-        let dev = lockstep_backend_cuda::plan::q50_repacked(&gguf).expect("whole blocks");
-        let a = layout_rows(&emu_gguf, &gguf, k, m, "q5_0");
-        assert_eq!(
-            a,
-            layout_rows(&emu_dev, &dev, k, m, "q5_0"),
-            "k {k}: GGUF's blocks against the device's"
-        );
-        assert_real_rows(&a, k, m);
-        // One high bit moved in the device's blocks is seen: the comparison can fail.
-        let mut bad = dev.clone();
-        bad[4] ^= 0x10;
-        assert_ne!(
-            layout_rows(&emu_dev, &bad, k, m, "q5_0"),
-            a,
-            "k {k}: a changed qh bit went unnoticed"
-        );
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    // One high bit moved in the first block's qh.
+    check_layout(
+        "q50",
+        "q5_0",
+        &[(640, 13, 4), (576, 8, 5), (2048, 9, 6)],
+        q50_rows,
+        lockstep_backend_cuda::plan::q50_repacked,
+        (4, 0x10),
+    );
 }
