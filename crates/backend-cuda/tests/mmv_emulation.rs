@@ -50,10 +50,18 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
     );
 }
 
-/// Random Q6_K rows (every super-block's `d` a small finite half), `m` rows of `k` values.
-fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
+/// `m` random rows of `k` values in blocks of `values` values and `bytes` bytes, the high byte
+/// of each block's f16 `d` (at `d_high`) reduced below `d_max`: small and finite.
+fn random_rows(
+    k: usize,
+    m: usize,
+    seed: u64,
+    (values, bytes): (usize, usize),
+    d_high: usize,
+    d_max: u8,
+) -> Vec<u8> {
     let mut x = seed;
-    let mut out: Vec<u8> = (0..k / 256 * 210 * m)
+    let mut out: Vec<u8> = (0..k / values * bytes * m)
         .map(|_| {
             x = x
                 .wrapping_mul(6364136223846793005)
@@ -61,10 +69,15 @@ fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
             (x >> 56) as u8
         })
         .collect();
-    for block in out.chunks_exact_mut(210) {
-        block[209] %= 0x3B;
+    for block in out.chunks_exact_mut(bytes) {
+        block[d_high] %= d_max;
     }
     out
+}
+
+/// Random Q6_K rows (every super-block's `d` a small finite half), `m` rows of `k` values.
+fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
+    random_rows(k, m, seed, (256, 210), 209, 0x3B)
 }
 
 /// Each row's (a warp a row, two rows a warp) bits as `emu` (one of run.sh's layout builds)
@@ -184,19 +197,7 @@ fn q6k_planes_compute_what_gguf_blocks_compute() {
 
 /// Random Q5_0 rows (every block's `d` a small finite half), `m` rows of `k` values.
 fn q50_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed;
-    let mut out: Vec<u8> = (0..k / 32 * 22 * m)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 56) as u8
-        })
-        .collect();
-    for block in out.chunks_exact_mut(22) {
-        block[1] %= 0x2C;
-    }
-    out
+    random_rows(k, m, seed, (32, 22), 1, 0x2C)
 }
 
 /// The repacked Q5_0 blocks (`plan::q50_repacked`: 24 bytes, qh's bits permuted; kernels.cu
