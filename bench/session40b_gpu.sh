@@ -2,8 +2,9 @@
 # Session 40b: llama.cpp's side of the side-by-side comparison. Builds llama-bench for the card
 # (bench/llama_bench_build.sh, from .device/llama.cpp.tar.xz) while synthesizing the four anchor
 # shapes (SmolLM2-135M Q4_1, Gemma-3-270M Q4_K_M, Llama-3.2-1B Q4_K_M, Llama-3.1-8B Q4_K_M) and
-# warming lockstep's kernel cache; then llama-bench pp512 + tg128 -r 3 -fa 0,1 on each. The
-# machine stays warm for session40c_gpu.sh (lockstep's side), which reads the same files.
+# warming lockstep's kernel cache; then llama-bench pp512 + tg128 -r 3 -fa 0,1 on each. In
+# session 40 its build stopped at 330 s (call 11); calls 12-13 (bench/session40/runs.txt) finished
+# it on the same warm machine and ran both tools model by model, one command each.
 set -u
 B=./.device/lockstep
 O=${OUT:-/tmp/out}; mkdir -p $O

@@ -1832,8 +1832,7 @@ mod tests {
             assert!(!seen[q50_hbit(e)], "element {e} shares bit {}", q50_hbit(e));
             seen[q50_hbit(e)] = true;
         }
-        for (i, b) in [1usize, 4, 8].iter().enumerate() {
-            let _ = i;
+        for b in [1usize, 4, 8] {
             let mut g = b * 31 + 7;
             let gguf: Vec<u8> = (0..b * Q50_BLOCK)
                 .map(|_| {
