@@ -46,8 +46,8 @@
 #define LOCKSTEP_FAST_F32
 #define LOCKSTEP_WEIGHTS_EVICT_NORMAL  // FastUnit's loads as plain loads: they read shared memory here
 #define LOCKSTEP_Q6K_GGUF
-#ifdef LAB_Q5P
-#define LOCKSTEP_Q50_REPACK  // FastUnit<T_Q5_0> on the repacked blocks (Q5P below)
+#ifndef LAB_Q5P
+#define LOCKSTEP_Q50_GGUF  // FastUnit<T_Q5_0> on GGUF's blocks (LAB_Q5P: the repacked, Q5P below)
 #endif
 __device__ unsigned emu_tf32_rna(float);
 __device__ void emu_mma_tf32(float*, const unsigned*, const unsigned*);
@@ -82,7 +82,7 @@ namespace cg = cooperative_groups;
 #endif
 namespace lab {
 // Q5P (LAB_Q5P): Q5_0 repacked as the backend repacks it (plan::q50_repacked; kernels.cu
-// Q50_BYTES under LOCKSTEP_Q50_REPACK, defined above): 24-byte blocks [d, two zero bytes, qh',
+// Q50_BYTES, the backend's default since session 41): 24-byte blocks [d, two zero bytes, qh',
 // qs[16]], qh's bits permuted so a dp4a word's high bits are one shift and one mask away. The
 // lab's own copy of that decoder ran calls 7-10 (bench/session40/runs.txt); the backend's is the
 // same code. FastUnit<T_Q5_0> then reads these blocks.

@@ -118,8 +118,8 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
 }
 
 // `layout FILE K M [q5_0]`: the Q6_K (or Q5_0) rows in FILE (M rows of K values, in the layout
-// this build reads: the device's Q6_K planes, and repacked Q5_0 blocks under
-// -DLOCKSTEP_Q50_REPACK; or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF and Q5_0's default) against
+// this build reads: the device's Q6_K planes and repacked Q5_0 blocks by default; or GGUF's
+// blocks under -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF) against
 // a fixed activation, a warp a row and two rows a warp; prints each row's two results as hex.
 // run.sh compiles both builds and feeds each its layout of the same weights
 // (tests/mmv_emulation.rs writes them, the device's by plan::q6k_planar / plan::q50_repacked):

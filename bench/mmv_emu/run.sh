@@ -25,10 +25,10 @@ PY
 CXX="g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu"
 if [ "${1:-}" = layout-build ]; then
   # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K and Q5_0 from GGUF's blocks
-  # (-DLOCKSTEP_Q6K_GGUF, and Q5_0's default), DIR/emu from the device's planes and repacked Q5_0
-  # blocks (-DLOCKSTEP_Q50_REPACK); each then runs `layout FILE K M [q5_0]` (main.cpp).
-  $CXX -DLOCKSTEP_Q6K_GGUF $D/main.cpp -o "$2/emu_gguf" &
-  $CXX -DLOCKSTEP_Q50_REPACK $D/main.cpp -o "$2/emu"
+  # (-DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF), DIR/emu from the device's planes and repacked Q5_0
+  # blocks (the default build); each then runs `layout FILE K M [q5_0]` (main.cpp).
+  $CXX -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF $D/main.cpp -o "$2/emu_gguf" &
+  $CXX $D/main.cpp -o "$2/emu"
   wait
   exit 0
 fi

@@ -313,18 +313,17 @@ __device__ __forceinline__ const u8* q6p_at(const u8* b, int o) {
 #endif
 }
 
-// Q5_0 weights on the device: GGUF's 22-byte blocks, or with LOCKSTEP_Q50_REPACK (knob
-// LOCKSTEP_CUDA_Q50_REPACK=1; the host then uploads plan::q50_repacked's blocks) 24-byte blocks
-// [d (f16), two zero bytes, qh', qs[16]]: a block's words are aligned loads (8 bytes; a row of
+// Q5_0 weights on the device: the host uploads plan::q50_repacked's 24-byte blocks
+// [d (f16), two zero bytes, qh', qs[16]] (or, with LOCKSTEP_Q50_GGUF, knob
+// LOCKSTEP_CUDA_Q50_REPACK=0, GGUF's 22-byte blocks as they are): a block's words are aligned loads (8 bytes; a row of
 // 640 values 480 bytes), and qh's bits are permuted so that the high bits of a dp4a word's four
 // values are one shift and one mask away instead of hb4's spreading: element 4i + b (the low
 // nibbles of qs word i, byte b) has its high bit at bit 8b + 4 + i of qh', element 16 + 4i + b
 // (the word's high nibbles) at bit 8b + i. The same integers and the same float operations, so
 // every value is bitwise the same (tests/mmv_emulation.rs). The lab found GGUF's decode the bound
-// of a Gemma-3 layer on 16 SMs (bench/cluster_lab/gemma_cluster.cu, BENCHMARKS.md, session 40).
-// Opt-in until the device has verified it (session 40's first device check ran before the host
-// gave the row kernels the device's block size).
-#ifdef LOCKSTEP_Q50_REPACK
+// of a Gemma-3 layer on 16 SMs (bench/cluster_lab/gemma_cluster.cu, BENCHMARKS.md, session 40;
+// the default since session 41's device checks).
+#ifndef LOCKSTEP_Q50_GGUF
 #define Q50_BYTES 24
 #define Q50_QH 4
 #define Q50_QS 8
@@ -335,7 +334,7 @@ __device__ __forceinline__ const u8* q6p_at(const u8* b, int o) {
 #endif
 // The bit of element e's high bit in the block's qh word (GGUF: bit e).
 __device__ __forceinline__ int q50_hbit(int e) {
-#ifdef LOCKSTEP_Q50_REPACK
+#ifndef LOCKSTEP_Q50_GGUF
     int f = e & 15;
     return 8 * (f & 3) + (f >> 2) + (e < 16 ? 4 : 0);
 #else
@@ -3161,7 +3160,7 @@ struct FastUnit<T_Q5_0> {
     float d;
     int q[8];
     __device__ __forceinline__ void load(const u8* row, int u) {
-#ifndef LOCKSTEP_Q50_REPACK
+#ifdef LOCKSTEP_Q50_GGUF
         const u8* b = row + (size_t)u * 22;
         d = ldwh(b);
         int w[5];  // qh, then the 16 quant bytes

@@ -27,7 +27,7 @@
 //! | `ATTN_PLAIN_LATE=1` (kernel define) | the decode attention without rope (heads of 256) launches the next kernel at its grid wait | after its scores |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
 //! | `Q6K_PLANAR=0` (kernel define + upload) | Q6_K weights on the device in planes (`plan::q6k_planar`) | GGUF's 210-byte blocks |
-//! | `Q50_REPACK=1` (kernel define + upload) | Q5_0 weights on the device in GGUF's 22-byte blocks | 24-byte blocks, qh's bits permuted (`plan::q50_repacked`; the same values; opt-in until verified on the device) |
+//! | `Q50_REPACK=0` (kernel define + upload) | Q5_0 weights on the device as 24-byte blocks, qh's bits permuted (`plan::q50_repacked`) | GGUF's 22-byte blocks (the same values) |
 //! | `KV=f16` (kernel define + cache) | the KV cache in f32 | fast numerics' cache in f16 (kernels.cu `kv_t`; other rounding, half the memory) |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
@@ -85,9 +85,9 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     if !q6k_planar_knob() {
         d.push("-DLOCKSTEP_Q6K_GGUF");
     }
-    // Q5_0 weights read in the repacked blocks (kernels.cu, Q50_BYTES), likewise.
-    if q50_repack_knob() {
-        d.push("-DLOCKSTEP_Q50_REPACK");
+    // Q5_0 weights read in GGUF's blocks (kernels.cu, Q50_BYTES), likewise.
+    if !q50_repack_knob() {
+        d.push("-DLOCKSTEP_Q50_GGUF");
     }
     // Session 31's split-key spans (kernels.cu, ATT_S_SQRT_SPANS; `attention_spans`).
     if split_sqrt_knob() {
@@ -122,12 +122,11 @@ pub(crate) fn q6k_planar_knob() -> bool {
 /// Whether Q5_0 weights go to the device as 24-byte blocks with qh's bits permuted
 /// (`plan::q50_repacked`, kernels.cu `Q50_BYTES`): a unit's words become three aligned 8-byte
 /// loads, and each dp4a word's high bits one shift and one mask away (the same values bitwise;
-/// BENCHMARKS.md, session 40). Opt-in (`LOCKSTEP_CUDA_Q50_REPACK=1`) until a device check of
-/// this build passes: session 40's found two `check --ops` cases wrong before the host gave the
-/// row kernels (embed_rows, dequant_rows*) the device's block size. Read once.
+/// BENCHMARKS.md, sessions 40-41). `LOCKSTEP_CUDA_Q50_REPACK=0` uploads GGUF's blocks and
+/// compiles the kernels that read them, for comparisons. Read once.
 pub(crate) fn q50_repack_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_Q50_REPACK").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_Q50_REPACK").map_or(true, |v| v != "0"))
 }
 
 /// `LOCKSTEP_CUDA_FLASH_WARPS=N`: warps a flash block (1 to 4; a tuning knob, 0 = chosen by

@@ -119,8 +119,8 @@ pub fn q6k_planar(gguf: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Bytes of a Q5_0 block (32 values) in GGUF and repacked for the device (kernels.cu `Q50_BYTES`
-/// under `LOCKSTEP_Q50_REPACK`).
+/// Bytes of a Q5_0 block (32 values) in GGUF and repacked for the device (kernels.cu `Q50_BYTES`;
+/// GGUF's under `LOCKSTEP_Q50_GGUF`).
 pub const Q50_BLOCK: usize = 22;
 pub const Q50_DEVICE_BLOCK: usize = 24;
 

@@ -201,8 +201,8 @@ fn q50_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
 }
 
 /// The repacked Q5_0 blocks (`plan::q50_repacked`: 24 bytes, qh's bits permuted; kernels.cu
-/// `Q50_BYTES` and `FastUnit<T_Q5_0>` under `-DLOCKSTEP_Q50_REPACK`, knob
-/// `LOCKSTEP_CUDA_Q50_REPACK=1`) give every fast mat-vec row bitwise what GGUF's 22-byte blocks
+/// `Q50_BYTES` and `FastUnit<T_Q5_0>`, the default; GGUF's under `-DLOCKSTEP_Q50_GGUF`, knob
+/// `LOCKSTEP_CUDA_Q50_REPACK=0`) give every fast mat-vec row bitwise what GGUF's 22-byte blocks
 /// give: both builds of the kernels' own source on the same rows, repacked by the backend's own
 /// function. Rows of 640 values (Gemma-3's), 576 (SmolLM2's) and 2048 (Gemma-3's down), odd and
 /// even row counts.
