@@ -1,8 +1,9 @@
 // The shim's state (shim.h declares it): included once, by each harness's main.cpp.
 thread_local dim3u threadIdx, blockIdx;
 dim3u blockDim, gridDim;
-std::barrier<>* g_bar;
-std::vector<std::unique_ptr<std::barrier<>>> g_warp_bar;
-std::vector<double> g_shfl;
+thread_local EmuBlock* g_blk;
 unsigned char* g_dyn_smem;
-std::vector<float> g_mma;
+thread_local unsigned g_cl_rank;
+std::barrier<>* g_cl_bar;
+unsigned char* g_cl_smem;
+size_t g_cl_smem_bytes;

@@ -385,6 +385,50 @@ int main(int argc, char** argv) {
                        what ? "rope: MISMATCH in " : "bitwise rope_store then attention_decode", what ? what : "");
                 if (what) fails++;
             }
+            // Heads of 256 on a cluster (`attention_decode_cl<N>_256`, N = 4 and 8 blocks, each
+            // a chunk of the row's keys, the partials combined across the cluster): held to the
+            // same bound, the q8 rule, and every split of the group bitwise the whole group's.
+            for (int cq : {4, 8}) {
+                if (hd != 256) break;
+                std::vector<float> sc_grp, out_grp;
+                for (int hpb : splits) {
+                    std::vector<float> sc6(n_scores, 9.f), out6(out0.size(), 9.f);
+                    std::vector<signed char> q86(out0.size(), 77);
+                    std::vector<Q8Blk> ds6(nb, Q8Blk{-5.f, -5});
+                    size_t smem = cq == 4 ? sizeof(AttClSmem<4>) : sizeof(AttClSmem<8>);
+                    launch_cluster({(unsigned)sr, (unsigned)(n_kvh * (group / hpb)), (unsigned)cq}, 256, cq, smem, [&] {
+                        if (cq == 4)
+                            attention_decode_cl4_256(qv.data(), kc.data(), vc.data(), slots.data(), info.data(),
+                                                     mask.data(), sc6.data(), out6.data(), base, nh, n_kvh, scale,
+                                                     window, hpb, q86.data(), ds6.data());
+                        else
+                            attention_decode_cl8_256(qv.data(), kc.data(), vc.data(), slots.data(), info.data(),
+                                                     mask.data(), sc6.data(), out6.data(), base, nh, n_kvh, scale,
+                                                     window, hpb, q86.data(), ds6.data());
+                    });
+                    size_t bad_q = q8_wrong(out6, q86, ds6, (size_t)sr * q_dim / 32);
+                    if (hpb == group) {
+                        sc_grp = sc6;
+                        out_grp = out6;
+                    }
+                    size_t i = (size_t)sr * q_dim / 2;
+                    if (getenv("ATTN_EMU_PERTURB") && hpb == group) out6[i] += 1e-3f * std::fabs(out6[i]) + 1e-3f;
+                    size_t bad_s = 0, bad_o = 0;
+                    double worst = 0.0;
+                    within_bounds(sr, sc6, out6, bad_s, bad_o, worst);
+                    bool ok = bad_s == 0 && bad_o == 0;
+                    bool same = hpb == group ||
+                                (std::memcmp(sc_grp.data(), sc6.data(), sc6.size() * sizeof(float)) == 0 &&
+                                 std::memcmp(out_grp.data(), out6.data(), out6.size() * sizeof(float)) == 0);
+                    printf("case %d decode cluster %d rows %d heads a block %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s%s\n",
+                           cs, cq, sr, hpb, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
+                           bad_q ? ", cluster q8: MISMATCH" : ", cluster q8: ok",
+                           same ? "" : ", NOT bitwise the whole group's");
+                    if (!ok) fails++;
+                    if (bad_q) fails++;
+                    if (!same) fails++;
+                }
+            }
         }
         // Flash prefill kernels (`cuda` prefill steps): TF32 tensor cores with the 3-term split
         // and an f32 online softmax, held to the same bound on every row; random warps per block

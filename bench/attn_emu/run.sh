@@ -4,7 +4,8 @@
 # __syncthreads), run on random batches (GQA, windows, masks, several sequences, head sizes
 # 8..512, exp underflow) with random tilings, compared bitwise (scores, probs, output); and
 # `attention_split` + `attention_combine` (f32 split-key decode), `attention_decode_<D>` (f32
-# short decode) and `attention_flash_<D>` held to verify's bound; `attention_decode_rope_<D>`
+# short decode; `attention_decode_cl<N>_256` too, the keys cut over a cluster of N blocks run at
+# once) and `attention_flash_<D>` held to verify's bound; `attention_decode_rope_<D>`
 # bitwise `rope_store` then `attention_decode_<D>` (outputs, scores, taps, the cache).
 # Usage: bench/attn_emu/run.sh [cases] [seed] [extra g++ flags, e.g. -DFAULT_WRONG_KV_HEAD]
 # HD=512 forces the head size; ATTN_EMU_FLAGS adds g++ flags (-DLOCKSTEP_KV_F16: the fast

@@ -1,5 +1,6 @@
 // CPU emulation of the few CUDA features the attention kernels use: one std::thread per CUDA
-// thread of a block, std::barrier for __syncthreads, per-warp barriers for shuffles.
+// thread of a block, std::barrier for __syncthreads, per-warp barriers for shuffles; a cluster's
+// blocks at once, each with its own copy of the cluster kernel's shared memory (AttClSmem).
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -12,11 +13,42 @@
 struct dim3u { unsigned x, y, z; };
 extern thread_local dim3u threadIdx, blockIdx;
 extern dim3u blockDim, gridDim;
-extern std::barrier<>* g_bar;
-extern std::vector<std::unique_ptr<std::barrier<>>> g_warp_bar;
-extern std::vector<double> g_shfl;
+// A block's barriers and exchange slots (run.h's launches give each thread its block's).
+struct EmuBlock {
+    std::barrier<> bar;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    std::vector<double> shfl;
+    std::vector<float> mma;
+    explicit EmuBlock(unsigned threads) : bar(threads), shfl(threads, 0.0), mma(threads * 6, 0.f) {
+        for (unsigned w = 0; w < (threads + 31) / 32; w++) warps.emplace_back(new std::barrier<>(32));
+    }
+};
+extern thread_local EmuBlock* g_blk;
+#define g_warp_bar (g_blk->warps)
+#define g_shfl (g_blk->shfl)
+#define g_mma (g_blk->mma)
 extern unsigned char* g_dyn_smem;
-inline void __syncthreads() { g_bar->arrive_and_wait(); }
+inline void __syncthreads() { g_blk->bar.arrive_and_wait(); }
+// Clusters (kernels.cu's cluster primitives, ATT_CL_EMULATED): one cluster runs at a time, its
+// blocks' copies of the shared memory side by side (run.h launch_cluster).
+#define __cluster_dims__(...)
+#define ATT_CL_EMULATED
+extern thread_local unsigned g_cl_rank;
+extern std::barrier<>* g_cl_bar;
+extern unsigned char* g_cl_smem;
+extern size_t g_cl_smem_bytes;
+template <int CQ> struct AttClSmem;
+template <int CQ> inline AttClSmem<CQ>& att_cl_smem() {
+    return *reinterpret_cast<AttClSmem<CQ>*>(g_cl_smem + g_cl_rank * g_cl_smem_bytes);
+}
+inline unsigned att_cl_rank() { return g_cl_rank; }
+inline float att_cl_peer(const float* p, unsigned r) {
+    size_t off = (size_t)((const unsigned char*)p - (g_cl_smem + g_cl_rank * g_cl_smem_bytes));
+    float v;
+    std::memcpy(&v, g_cl_smem + r * g_cl_smem_bytes + off, 4);
+    return v;
+}
+inline void att_cl_sync() { g_cl_bar->arrive_and_wait(); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }
@@ -99,7 +131,6 @@ inline unsigned emu_tf32_rna(float x) {
     if ((u & 0x7f800000u) == 0x7f800000u) return u;
     return (u + 0x1000u) & 0xffffe000u;
 }
-extern std::vector<float> g_mma;
 // mma.m16n8k8 TF32 (a warp-wide operation): the lanes' fragments meet in g_mma, then each lane
 // forms its four outputs. TF32 products are exact in double; the sum of the eight and c is
 // rounded once (the hardware's accumulation order is its own: the harness checks bounds, not

@@ -2579,6 +2579,258 @@ ATTENTION_DECODE(256)
 ATTENTION_DECODE_ROPE(64)
 ATTENTION_DECODE_ROPE(128)
 
+// THE SHORT DECODE ATTENTION OF HEADS OF 256 ON A CLUSTER (session 41,
+// `attention_decode_cl<CQ>_256`, CQ = 4 or 8). attention_decode_256 gives a head's block every key
+// of the row, and a head of 256 is bound by its K and V bytes into that one SM (session 29: 256
+// KiB at 128 keys; V copied early only queued behind K). Here the row's keys are cut into CQ
+// consecutive chunks, one block of a cluster (1, 1, CQ) each, for the same heads: each block's
+// scores, softmax over its own keys (its max m, sum l) and O = P V partial, in
+// attention_decode_256's thread layout scaled to a chunk of at most ATT_D_MAX_KEYS / CQ keys;
+// then, across the cluster's shared memory (distributed shared memory), block r combines
+// outputs [r, r + 1) x hpb x D / CQ: M = max m, w = exp(m - M) per block, O = sum(w acc) /
+// sum(w l), written and quantized (q8_block) as attention_decode writes them. Other sums than
+// attention_decode_256's (a function of the row's key count and CQ only: batch-invariant as
+// the unsplit one), so other bits; held to verify's bound as it is. The host runs it where it
+// has it (sm_90: clusters) for heads of 256 without rope_store's work (plan::decode_cluster).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define ATT_CL_THREADS 256
+template <int CQ>
+struct AttClShape {
+    static constexpr int D = 256;
+    static constexpr int G = 4;                      // the most query heads a block serves
+    static constexpr int KPB = ATT_D_MAX_KEYS / CQ;  // the most keys a block takes
+    static constexpr int P = ATT_CL_THREADS / KPB;   // parts a K row is cut into
+    static constexpr int PART = D / P;               // values of a K row a thread takes
+    static constexpr int C4 = D / 4;                 // float4s in a row
+    static constexpr int KG = ATT_CL_THREADS / C4;   // key groups of O = P V
+    static constexpr int KPT = KPB / KG;             // keys a thread of O = P V takes
+    static_assert(KPB <= 32 && KPB * P == ATT_CL_THREADS && KPT * KG == KPB, "the block's layout");
+    static_assert(G * D / CQ >= 32 && G * D / CQ <= ATT_CL_THREADS, "a block's share of the outputs");
+};
+
+// A block's shared memory (the cluster reads s_acc, s_m and s_l of every block).
+template <int CQ>
+struct AttClSmem {
+    using S = AttClShape<CQ>;
+    float s_a[S::P * S::G * S::KPB];   // the scores' parts
+    float s_pv[S::KG * S::G * S::D];   // the key groups' O sums
+    float s_q[S::G * S::D];
+    float s_acc[S::G * S::D];          // the block's O
+    float s_p[S::G * S::KPB];
+    float s_m[S::G], s_l[S::G];        // the block's max and sum
+    u32 s_slot[S::KPB];
+    unsigned char s_vis[S::KPB];
+};
+
+// The cluster's primitives: the block's rank, a float of block r's shared memory at the address
+// `p` has in this block's, the cluster's barrier. bench/attn_emu's shim (ATT_CL_EMULATED) has
+// its own, with a copy of the shared memory per block of a cluster it runs at once.
+#ifndef ATT_CL_EMULATED
+template <int CQ>
+__device__ __forceinline__ AttClSmem<CQ>& att_cl_smem() {
+    __shared__ __align__(16) AttClSmem<CQ> sm;
+    return sm;
+}
+__device__ __forceinline__ unsigned att_cl_rank() {
+    unsigned r;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ float att_cl_peer(const float* p, unsigned r) {
+    unsigned a, s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(s), "r"(r));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+    return v;
+}
+__device__ __forceinline__ void att_cl_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+#endif
+
+template <int CQ>
+__device__ __forceinline__ void attention_decode_cl_body(
+    const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
+    const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
+    float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d) {
+    using S = AttClShape<CQ>;
+    constexpr int D = S::D, G = S::G, KPB = S::KPB, P = S::P, PART = S::PART, C4 = S::C4;
+    constexpr int KG = S::KG, KPT = S::KPT, THREADS = ATT_CL_THREADS;
+    const float NEG_INF = __int_as_float(0xff800000);
+    AttClSmem<CQ>& sm = att_cl_smem<CQ>();
+    float *s_a = sm.s_a, *s_pv = sm.s_pv, *s_q = sm.s_q, *s_acc = sm.s_acc, *s_p = sm.s_p;
+    float *s_m = sm.s_m, *s_l = sm.s_l;
+    u32* s_slot = sm.s_slot;
+    unsigned char* s_vis = sm.s_vis;
+    const unsigned rank = att_cl_rank();
+    int group = n_heads / n_kv_heads, slices = group / hpb;
+    int row = blockIdx.x, kh = blockIdx.y / slices, h0 = (blockIdx.y % slices) * hpb;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int* ri = info + row * ROW_INFO;
+    int soff = __ldcg(ri), n_kv = __ldcg(ri + 1), pos = __ldcg(ri + 2), moff = __ldcg(ri + 4);
+    size_t soff_sc = (size_t)__ldcg(ri + 3);
+    base = att_layer_base(base);
+    int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
+    int lo = window > 0 ? max(0, pos - window + 1) : 0;
+    int hi = min(pos, n_kv - 1);
+    int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
+    // This block's keys: the rank-th of CQ consecutive chunks (empty past the row's end).
+    int chunk = (n + CQ - 1) / CQ;
+    int k0 = min(n, (int)rank * chunk), nb = min(n, k0 + chunk) - k0, j0 = lo + k0;
+    for (int jj = tid; jj < nb; jj += THREADS) {
+        s_slot[jj] = __ldcg(slots + soff + j0 + jj);
+        s_vis[jj] = moff < 0 || __ldcg(mask + moff + j0 + jj);
+    }
+    __syncthreads();
+    // Before the grid wait (the kernel before wrote q and the row's own K/V row): the K and V
+    // values this thread multiplies of every key an earlier step wrote, through L2.
+    int kj = tid % KPB, hf = tid / KPB;
+    bool kin = kj < nb && s_vis[kj];
+    const kv_t* kr = kc + (base + (kin ? s_slot[kj] : 0)) * kv_dim + (size_t)kh * D + hf * PART;
+    float4 kv[PART / 4];
+#pragma unroll
+    for (int c = 0; c < PART / 4; c++) kv[c] = float4{0.f, 0.f, 0.f, 0.f};
+    if (kin && j0 + kj < pos) {
+#pragma unroll
+        for (int c = 0; c < PART / 4; c++) kv[c] = kv_f4(kv_ldcg4(kr + 4 * c));
+    }
+    int vc4 = tid % C4, vkg = tid / C4;
+    const kv_t* vb = vc + (size_t)kh * D + 4 * vc4;
+    float4 vv[KPT];
+#pragma unroll
+    for (int r = 0; r < KPT; r++) {
+        int jj = vkg + r * KG;
+        vv[r] = float4{0.f, 0.f, 0.f, 0.f};
+        if (jj < nb && s_vis[jj] && j0 + jj < pos) vv[r] = kv_f4(kv_ldcg4(vb + (base + s_slot[jj]) * kv_dim));
+    }
+    GRID_WAIT();
+    PLAIN_ATT_EARLY_LAUNCH();
+    if (scores != nullptr && rank == 0)
+        for (int j = tid; j < n_kv; j += THREADS)
+            if (j < lo || j > hi)
+                for (int i = 0; i < hpb; i++)
+                    scores[soff_sc + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * n_kv + j] = NEG_INF;
+    // The row's own key and value, written by the kernel before.
+    if (kin && j0 + kj >= pos) {
+#pragma unroll
+        for (int c = 0; c < PART / 4; c++) kv[c] = kv_f4(kv_ldcg4(kr + 4 * c));
+    }
+#pragma unroll
+    for (int r = 0; r < KPT; r++) {
+        int jj = vkg + r * KG;
+        if (jj < nb && s_vis[jj] && j0 + jj >= pos) vv[r] = kv_f4(kv_ldcg4(vb + (base + s_slot[jj]) * kv_dim));
+    }
+    for (int x = tid; x < hpb * D; x += THREADS) {
+        int i = x / D, d = x - i * D;
+        s_q[x] = __ldcg(q + (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d);
+    }
+    __syncthreads();
+    if (kin) {
+        for (int i = 0; i < hpb; i++) {
+            const float4* qr = (const float4*)(s_q + i * D + hf * PART);
+            float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+            for (int c = 0; c < PART / 4; c++) {
+                float4 qq = qr[c], kk = kv[c];
+                a0 += qq.x * kk.x;
+                a1 += qq.y * kk.y;
+                a2 += qq.z * kk.z;
+                a3 += qq.w * kk.w;
+            }
+            s_a[(hf * G + i) * KPB + kj] = (a0 + a1) + (a2 + a3);
+        }
+    }
+    __syncthreads();
+    PLAIN_ATT_LATE_LAUNCH();
+    TL_MARK(6);
+    // The block's softmax, a warp a head, a lane a key.
+    for (int i = warp; i < hpb; i += THREADS / 32) {
+        int h = att_query_head(kh, h0 + i, group, n_kv_heads);
+        float v = NEG_INF;
+        if (lane < nb && s_vis[lane]) {
+            float dot = s_a[i * KPB + lane];
+#pragma unroll
+            for (int pp = 1; pp < P; pp++) dot += s_a[(pp * G + i) * KPB + lane];
+            v = att_score_path(dot * scale, moff);
+        }
+        if (lane < nb && scores != nullptr) scores[soff_sc + (size_t)h * n_kv + j0 + lane] = v;
+        float m = v;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float p = v == NEG_INF ? 0.f : expf(v - m);
+        if (lane < KPB) s_p[i * KPB + lane] = p;
+        float l = p;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+        if (lane == 0) {
+            s_m[i] = m;
+            s_l[i] = l;
+        }
+    }
+    __syncthreads();
+    TL_MARK(7);
+    for (int i = 0; i < hpb; i++) {
+        float4 a = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < KPT; r++) {
+            int jj = vkg + r * KG;
+            float p = jj < nb ? s_p[i * KPB + jj] : 0.f;
+            a.x += p * vv[r].x;
+            a.y += p * vv[r].y;
+            a.z += p * vv[r].z;
+            a.w += p * vv[r].w;
+        }
+        *(float4*)(s_pv + ((size_t)vkg * G + i) * D + 4 * vc4) = a;
+    }
+    __syncthreads();
+    for (int x = tid; x < hpb * D; x += THREADS) {
+        int i = x / D, d = x - i * D;
+        float a = 0.f;
+#pragma unroll
+        for (int g = 0; g < KG; g++) a += s_pv[((size_t)g * G + i) * D + d];
+        s_acc[x] = a;
+    }
+    TL_MARK(8);
+    att_cl_sync();  // every block's m, l and O
+    int per = hpb * D / CQ;  // a multiple of 32: whole warps, whole q8 blocks
+    if (tid < per) {
+        int x = (int)rank * per + tid, i = x / D, d = x - i * D;
+        float mq[CQ], M = NEG_INF;
+#pragma unroll
+        for (int r = 0; r < CQ; r++) {
+            mq[r] = att_cl_peer(&s_m[i], r);
+            M = fmaxf(M, mq[r]);
+        }
+        float L = 0.f, O = 0.f;
+#pragma unroll
+        for (int r = 0; r < CQ; r++) {
+            float w = mq[r] == NEG_INF ? 0.f : expf(mq[r] - M);
+            L += att_cl_peer(&s_l[i], r) * w;
+            O += att_cl_peer(&s_acc[x], r) * w;
+        }
+        float v = L > 0.f ? O / L : 0.f;
+        size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d;
+        out[o] = v;
+        if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
+    }
+    TL_MARK(9);
+    att_cl_sync();  // no block leaves while another reads its shared memory
+}
+
+#define ATTENTION_DECODE_CL(CQ)                                                                   \
+    extern "C" __global__ void __cluster_dims__(1, 1, CQ) __launch_bounds__(ATT_CL_THREADS)      \
+        attention_decode_cl##CQ##_256(const float* q, const kv_t* kc, const kv_t* vc,           \
+                                      const u32* slots, const int* info, const u8* mask,         \
+                                      float* scores, float* out, size_t base, int n_heads,       \
+                                      int n_kv_heads, float scale, int window, int hpb,          \
+                                      signed char* q8q, Q8Blk* q8d) {                            \
+        attention_decode_cl_body<CQ>(q, kc, vc, slots, info, mask, scores, out, base, n_heads,  \
+                                     n_kv_heads, scale, window, hpb, q8q, q8d);                  \
+    }
+ATTENTION_DECODE_CL(4)
+ATTENTION_DECODE_CL(8)
+#endif
+
 // FLASH PREFILL ATTENTION (`attention_flash_<D>`, heads of D = 64 or 128 values): run by `cuda`
 // (fast numerics, not deterministic) for steps with several rows of one sequence (prefill),
 // on tensor cores. One block per (tile of `tile_rows` batch rows, KV head): its warps hold 16

@@ -32,6 +32,7 @@
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
 //! | `PDL=0` (graph_exec.rs) | programmatic edges in step graphs | plain edges |
 //! | `CLUSTER_STEP=0` (cluster.rs, graph_exec.rs) | a replayed SmolLM2-shaped decode step's layers as one cluster kernel | the captured kernels |
+//! | `ATT_CL=0\|4` | a one-row decode attention of heads of 256 on a cluster of 8 blocks, each a chunk of the keys (`attention_decode_cl8_256`) | `attention_decode_256` (a block a head, every key), or 4 blocks |
 //! | `GEMM=tf32` | f16 tensor-core prefill | TF32 (other rounding) |
 //! | `TOPK=host` | logits reduced on the device | on the host |
 //! | `BATCH_UPLOADS=0` | a replay's tables in one copy | a copy each |
@@ -298,6 +299,20 @@ pub(crate) fn mixed_qkv_knob() -> bool {
 pub(crate) fn attention_head_split_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_ATTN_HEADS").map_or(true, |v| v != "group"))
+}
+
+/// How many blocks of a cluster cut a decode row's keys for heads of 256
+/// (`attention_decode_cl<N>_256`, `plan::decode_cluster_blocks`): 8 by default (Gemma-3's tg128
+/// +7.5% against `attention_decode_256`, 4 blocks within 0.4% of 8; BENCHMARKS.md, session 41);
+/// `LOCKSTEP_CUDA_ATT_CL=4` four, `=0` none (`attention_decode_256`, a block a head with every
+/// key), for comparison. Read once.
+pub(crate) fn attention_cluster_knob() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| match std::env::var("LOCKSTEP_CUDA_ATT_CL").as_deref() {
+        Ok("0") => 0,
+        Ok("4") => 4,
+        _ => 8,
+    })
 }
 
 /// Whether a decode step's rope_store runs inside its short decode attention kernel

@@ -291,6 +291,10 @@ struct Kernels {
     /// (`Backend::rope_store_attention`), heads of 64 and 128 values
     /// (`plan::rope_attention_fuses`).
     attention_decode_rope: [CudaFunction; 2],
+    /// Heads of 256 without rope_store's work on a cluster of 4 or 8 blocks, each a chunk of
+    /// the row's keys (`plan::decode_cluster_blocks`); `None` where the module lacks them (they
+    /// are built for sm_90 and later).
+    attention_decode_cl: Option<[CudaFunction; 2]>,
     /// The flash prefill attention (`plan::use_flash_attention`), heads of 64 and 128 values;
     /// `None` where its blocks could not get their shared memory.
     attention_flash: Option<(CudaFunction, CudaFunction)>,
@@ -1034,6 +1038,13 @@ impl CudaBackend {
                 f("attention_decode_rope_64")?,
                 f("attention_decode_rope_128")?,
             ],
+            attention_decode_cl: match (
+                module.load_function("attention_decode_cl4_256"),
+                module.load_function("attention_decode_cl8_256"),
+            ) {
+                (Ok(a), Ok(b)) => Some([a, b]),
+                _ => None,
+            },
             attention_flash: flash_kernels(f("attention_flash_64")?, f("attention_flash_128")?),
             decode_layers_cluster: cluster_kernel(module.load_function("decode_layers_cluster").ok()),
             n_sms: ctx
@@ -4656,13 +4667,28 @@ impl CudaBackend {
                     let (threads, _) = plan::decode_attention_shape(hd).ok_or_else(|| {
                         BackendError::Other(format!("cuda attention_decode: heads of {hd}"))
                     })?;
-                    let func = match (hd, rope.is_some()) {
-                        (64, false) => &self.k.attention_decode[0],
-                        (128, false) => &self.k.attention_decode[1],
-                        (_, false) => &self.k.attention_decode[2],
-                        (64, true) => &self.k.attention_decode_rope[0],
-                        (128, true) => &self.k.attention_decode_rope[1],
-                        (_, true) => unreachable!("plan::rope_attention_fuses"),
+                    // Heads of 256 on a cluster where the module has its kernels: the grid's z
+                    // is the cluster's blocks, each a chunk of the row's keys.
+                    let cluster = match (&self.k.attention_decode_cl, rope.is_some()) {
+                        (Some(fs), false) => {
+                            plan::decode_cluster_blocks(hd, attention_cluster_knob())
+                                .map(|cq| (cq, &fs[usize::from(cq == 8)]))
+                        }
+                        _ => None,
+                    };
+                    let func = match (hd, rope.is_some(), cluster) {
+                        (_, false, Some((_, f))) => f,
+                        (64, false, None) => &self.k.attention_decode[0],
+                        (128, false, None) => &self.k.attention_decode[1],
+                        (_, false, None) => &self.k.attention_decode[2],
+                        (64, true, _) => &self.k.attention_decode_rope[0],
+                        (128, true, _) => &self.k.attention_decode_rope[1],
+                        (_, true, _) => unreachable!("plan::rope_attention_fuses"),
+                    };
+                    let threads = if cluster.is_some() {
+                        plan::ATT_CLUSTER_THREADS
+                    } else {
+                        threads
                     };
                     let hpb = if attention_head_split_knob() {
                         plan::decode_attention_heads_per_block(
@@ -4676,7 +4702,11 @@ impl CudaBackend {
                     };
                     let slices = p.n_heads / p.n_kv_heads / hpb;
                     let cfg = LaunchConfig {
-                        grid_dim: (q.rows as u32, (p.n_kv_heads * slices) as u32, 1),
+                        grid_dim: (
+                            q.rows as u32,
+                            (p.n_kv_heads * slices) as u32,
+                            cluster.map_or(1, |(cq, _)| cq),
+                        ),
                         block_dim: (threads, 1, 1),
                         shared_mem_bytes: 0,
                     };

@@ -611,6 +611,18 @@ pub fn decode_attention_shape(head_dim: usize) -> Option<(u32, usize)> {
     }
 }
 
+/// Threads of an `attention_decode_cl<N>_256` block (kernels.cu `ATT_CL_THREADS`).
+pub const ATT_CLUSTER_THREADS: u32 = 256;
+
+/// The blocks of the cluster that cuts a short decode row's keys (`attention_decode_cl<N>_256`,
+/// N = 4 or 8, each block a chunk of at most `ATT_DECODE_MAX_KEYS / N` keys for the same heads,
+/// their softmax partials combined through the cluster's shared memory): heads of 256 only,
+/// whose block a head is bound by its K and V bytes into one SM (BENCHMARKS.md, sessions 29
+/// and 41). `wanted`: the knob's 4 or 8, or 0 for none.
+pub fn decode_cluster_blocks(head_dim: usize, wanted: u32) -> Option<u32> {
+    (head_dim == 256 && matches!(wanted, 4 | 8)).then_some(wanted)
+}
+
 /// How many of a KV head's query heads one `attention_decode` block serves (`hpb`, a divisor of
 /// the group): the whole group where the step has blocks enough to fill the GPU that way (each
 /// K and V row is then loaded once per block for all of them), else fewer, down to one a block:
@@ -1261,6 +1273,24 @@ mod tests {
                     "{rows} {nh} {nkh}: {h}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn only_heads_of_256_cut_their_keys_over_a_cluster() {
+        // kernels.cu builds attention_decode_cl4_256 and _cl8_256: 4 or 8 blocks, heads of 256.
+        assert_eq!(decode_cluster_blocks(256, 4), Some(4));
+        assert_eq!(decode_cluster_blocks(256, 8), Some(8));
+        assert_eq!(decode_cluster_blocks(256, 0), None);
+        assert_eq!(decode_cluster_blocks(256, 2), None);
+        for hd in [64, 128, 512] {
+            assert_eq!(decode_cluster_blocks(hd, 8), None, "heads of {hd}");
+        }
+        // Each block's chunk fits its one key a lane (kernels.cu AttClShape: KPB <= 32), and
+        // a block's share of a head's outputs is whole q8 blocks.
+        for cq in [4usize, 8] {
+            assert!(ATT_DECODE_MAX_KEYS.div_ceil(cq) <= 32);
+            assert_eq!((256 / cq) % 32, 0);
         }
     }
 

@@ -151,8 +151,10 @@ fn flash_attention_is_within_the_f32_bound() {
 /// The short decode kernels (`attention_decode_64` / `_128` / `_256`: one block per row and KV
 /// head, or per row and a slice of its query heads, f32) within the bound verify holds them to,
 /// on contexts up to 128 keys (windows, masks, GQA groups up to 8), with their fused output
-/// quantization; every split of a group bitwise the whole group's. A perturbed output, and a
-/// split one ulp off, are caught.
+/// quantization; every split of a group bitwise the whole group's. Heads of 256 also on a
+/// cluster (`attention_decode_cl4_256` / `_cl8_256`: the row's keys cut over 4 or 8 blocks run
+/// at once, their softmax partials combined through each other's shared memory), likewise. A
+/// perturbed output, and a split one ulp off, are caught.
 #[test]
 fn decode_attention_is_within_the_f32_bound() {
     if !gxx_or_skip() {
@@ -173,6 +175,26 @@ fn decode_attention_is_within_the_f32_bound() {
             "heads of {hd}:\n{text}"
         );
         assert!(!text.contains("NOT bitwise"), "heads of {hd}:\n{text}");
+        // Heads of 256 also on a cluster of 4 and of 8 blocks (attention_decode_cl<N>_256),
+        // every split of the group.
+        let cluster_ok = text
+            .lines()
+            .filter(|l| {
+                l.contains(" decode cluster ")
+                    && l.contains(": within bounds (0 scores, 0 outputs")
+                    && l.contains("cluster q8: ok")
+            })
+            .count();
+        if hd == "256" && !long {
+            assert!(cluster_ok >= 8, "heads of {hd}:\n{text}");
+            assert_eq!(
+                cluster_ok,
+                text.matches(" decode cluster ").count(),
+                "heads of {hd}:\n{text}"
+            );
+        } else {
+            assert_eq!(text.matches(" decode cluster ").count(), 0, "{text}");
+        }
         // The split-key kernels on every case (heads of 64, 128 and 256 fit them), over long
         // rows too (spans of many chunks).
         assert_eq!(split_within_bounds(&text), 4, "heads of {hd}:\n{text}");
@@ -204,6 +226,13 @@ fn decode_attention_is_within_the_f32_bound() {
     assert!(
         text.lines()
             .any(|l| l.contains(" decode rows ") && l.contains("1 outputs out of bound")),
+        "{text}"
+    );
+    let (ok, text) = emulate("1", "7", true, Some("256"));
+    assert!(!ok, "a perturbed output passed:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(" decode cluster ") && l.contains("1 outputs out of bound")),
         "{text}"
     );
 }

@@ -133,6 +133,8 @@ fn kernels_compile_for_sm90() {
         "norm_gate_up_fast1_14",
         "norm_gate_up_q8_fast1_3",
         "attention_decode_256",
+        "attention_decode_cl4_256",
+        "attention_decode_cl8_256",
         "attention_decode_rope_64",
         "attention_decode_rope_128",
     ] {
