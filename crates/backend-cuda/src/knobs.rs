@@ -303,7 +303,7 @@ pub(crate) fn attention_head_split_knob() -> bool {
 
 /// How many blocks of a cluster cut a decode row's keys for heads of 256
 /// (`attention_decode_cl<N>_256`, `plan::decode_cluster_blocks`): 8 by default (Gemma-3's tg128
-/// +7.5% against `attention_decode_256`, 4 blocks within 0.4% of 8; BENCHMARKS.md, session 41);
+/// +5 to +8.5% against `attention_decode_256`, 4 blocks within 0.4% of 8; BENCHMARKS.md, session 41);
 /// `LOCKSTEP_CUDA_ATT_CL=4` four, `=0` none (`attention_decode_256`, a block a head with every
 /// key), for comparison. Read once.
 pub(crate) fn attention_cluster_knob() -> u32 {
