@@ -5,6 +5,7 @@
 #include "kern.inc"
 #include "run.h"
 #include <cstdio>
+#include <string>
 #include <random>
 #include <algorithm>
 
@@ -266,6 +267,35 @@ int main(int argc, char** argv) {
                     rcs[((size_t)r * half + i) * 2 + 1] = std::sin(th);
                 }
             }
+            // One run of a short decode kernel on the first sr rows, hpb query heads a block: held
+            // to the bound, its quantized output to the q8 rule, and a split bitwise the whole
+            // group's (grp_sc / grp_out: the whole group's run, kept when hpb == group).
+            // ATTN_EMU_PERTURB: the whole group's output off (the bound catches it);
+            // ATTN_EMU_PERTURB_SPLIT: one ulp off a one-head split's (the bitwise check does).
+            auto judge_split = [&](const std::string& what, const char* q8_what, int hpb, std::vector<float>& sc,
+                                   std::vector<float>& out, const std::vector<signed char>& q8,
+                                   const std::vector<Q8Blk>& ds, std::vector<float>& grp_sc,
+                                   std::vector<float>& grp_out) {
+                size_t bad_q = q8_wrong(out, q8, ds, (size_t)sr * q_dim / 32);
+                if (hpb == group) {
+                    grp_sc = sc;
+                    grp_out = out;
+                }
+                size_t i = (size_t)sr * q_dim / 2;
+                if (getenv("ATTN_EMU_PERTURB") && hpb == group) out[i] += 1e-3f * std::fabs(out[i]) + 1e-3f;
+                if (getenv("ATTN_EMU_PERTURB_SPLIT") && hpb == 1) out[i] = std::nextafter(out[i], INFINITY);
+                size_t bad_s = 0, bad_o = 0;
+                double worst = 0.0;
+                within_bounds(sr, sc, out, bad_s, bad_o, worst);
+                bool ok = bad_s == 0 && bad_o == 0;
+                bool same = hpb == group ||
+                            (std::memcmp(grp_sc.data(), sc.data(), sc.size() * sizeof(float)) == 0 &&
+                             std::memcmp(grp_out.data(), out.data(), out.size() * sizeof(float)) == 0);
+                printf("case %d %s heads a block %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f), %s: %s%s\n",
+                       cs, what.c_str(), hpb, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst, q8_what,
+                       bad_q ? "MISMATCH" : "ok", same ? "" : ", NOT bitwise the whole group's");
+                fails += !ok + (bad_q != 0) + !same;
+            };
             std::vector<int> splits = {group};
             if (group % 2 == 0 && group > 2) splits.push_back(group / 2);
             if (group > 1) splits.push_back(1);
@@ -287,32 +317,7 @@ int main(int argc, char** argv) {
                                              sc5.data(), out5.data(), base, nh, n_kvh, scale, window, hpb, q85.data(),
                                              ds5.data());
                 });
-                size_t bad_q = q8_wrong(out5, q85, ds5, (size_t)sr * q_dim / 32);
-                if (hpb == group) {
-                    sc_all = sc5;
-                    out_all = out5;
-                }
-                // ATTN_EMU_PERTURB: the whole group's output off (the bound catches it);
-                // ATTN_EMU_PERTURB_SPLIT: one ulp off a split run's (the bitwise check does).
-                size_t i = (size_t)sr * q_dim / 2;
-                if (getenv("ATTN_EMU_PERTURB") && hpb == group) out5[i] += 1e-3f * std::fabs(out5[i]) + 1e-3f;
-                if (getenv("ATTN_EMU_PERTURB_SPLIT") && hpb == 1) out5[i] = std::nextafter(out5[i], INFINITY);
-                size_t bad_s = 0, bad_o = 0;
-                double worst = 0.0;
-                within_bounds(sr, sc5, out5, bad_s, bad_o, worst);
-                bool ok = bad_s == 0 && bad_o == 0;
-                bool same = true;
-                if (hpb != group) {
-                    same = std::memcmp(sc_all.data(), sc5.data(), sc5.size() * sizeof(float)) == 0 &&
-                           std::memcmp(out_all.data(), out5.data(), out5.size() * sizeof(float)) == 0;
-                }
-                printf("case %d decode rows %d heads a block %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s%s\n",
-                       cs, sr, hpb, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
-                       bad_q ? ", decode q8: MISMATCH" : ", decode q8: ok",
-                       same ? "" : ", NOT bitwise the whole group's");
-                if (!ok) fails++;
-                if (bad_q) fails++;
-                if (!same) fails++;
+                judge_split("decode rows " + std::to_string(sr), "decode q8", hpb, sc5, out5, q85, ds5, sc_all, out_all);
                 if (!rope_case) continue;
                 // The two kernels: rope_store (its own blocks, plan::norm_threads(hd) threads)
                 // on every row, then attention_decode on the rotated q.
@@ -406,27 +411,8 @@ int main(int argc, char** argv) {
                                                      mask.data(), sc6.data(), out6.data(), base, nh, n_kvh, scale,
                                                      window, hpb, q86.data(), ds6.data());
                     });
-                    size_t bad_q = q8_wrong(out6, q86, ds6, (size_t)sr * q_dim / 32);
-                    if (hpb == group) {
-                        sc_grp = sc6;
-                        out_grp = out6;
-                    }
-                    size_t i = (size_t)sr * q_dim / 2;
-                    if (getenv("ATTN_EMU_PERTURB") && hpb == group) out6[i] += 1e-3f * std::fabs(out6[i]) + 1e-3f;
-                    size_t bad_s = 0, bad_o = 0;
-                    double worst = 0.0;
-                    within_bounds(sr, sc6, out6, bad_s, bad_o, worst);
-                    bool ok = bad_s == 0 && bad_o == 0;
-                    bool same = hpb == group ||
-                                (std::memcmp(sc_grp.data(), sc6.data(), sc6.size() * sizeof(float)) == 0 &&
-                                 std::memcmp(out_grp.data(), out6.data(), out6.size() * sizeof(float)) == 0);
-                    printf("case %d decode cluster %d rows %d heads a block %d: %s (%zu scores, %zu outputs out of bound; worst err/bound %.3f)%s%s\n",
-                           cs, cq, sr, hpb, ok ? "within bounds" : "MISMATCH", bad_s, bad_o, worst,
-                           bad_q ? ", cluster q8: MISMATCH" : ", cluster q8: ok",
-                           same ? "" : ", NOT bitwise the whole group's");
-                    if (!ok) fails++;
-                    if (bad_q) fails++;
-                    if (!same) fails++;
+                    judge_split("decode cluster " + std::to_string(cq) + " rows " + std::to_string(sr), "cluster q8",
+                                hpb, sc6, out6, q86, ds6, sc_grp, out_grp);
                 }
             }
         }
