@@ -376,7 +376,8 @@ pub fn residual_fits(g: usize) -> bool {
 /// within its spread (-0.7% to +1.6%). Not Gemma-3's 256 (with its per-head norms): the fused
 /// blocks of 512 threads lost 1-4% against the two kernels (BENCHMARKS.md, session 17), and
 /// again 0.8-4.2% with the heads normed at once (session 28: 121 registers a thread, so a block
-/// needs an SM the q/k/v launch has left entirely), so that instance is not built.
+/// needs an SM the q/k/v launch has left entirely), so that instance is not built; inside the
+/// cluster kernel of heads of 256 it lost 2-6% (session 41, `bench/session41/rope_cl.patch`).
 pub fn rope_attention_fuses(head_dim: usize) -> bool {
     head_dim == 64 || head_dim == 128
 }
