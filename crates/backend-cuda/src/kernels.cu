@@ -4019,8 +4019,9 @@ GATE_UP_Q8(14)
 // reads the whole row, which pays for SmolLM2's and Gemma-3's rows, not for Llama's.
 // ============================================================================================
 #define NORM_FUSED_MAX 1024
-// The most threads of a fused block but gate_up_q8's 32-row blocks: plan::norm_fused_threads.
-#define NORM_FUSED_THREADS 256
+// The most threads of a fused block but gate_up_q8's 32-row blocks (plan::norm_fused_block,
+// up to plan::NORM_FUSED_BLOCK_MAX): the kernels' launch bounds.
+#define NORM_FUSED_THREADS 512
 
 #define NORM_FUSED_NV 4
 

@@ -3907,9 +3907,12 @@ impl Backend for CudaBackend {
         // 32, at most NORM_FUSED_MAX: `plan::norm_fuses`), the norm weights g values
         // (checked); the quantized buffer has room for q8_bytes(1, g); the block has at least
         // norm_threads(g) threads; the consumer's weights are rows of g encoded values
-        // (checked) and its outputs have their row counts.
-        let threads = plan::norm_fused_threads(g);
-        let rows_a_block = (threads / 32) as usize;
+        // (checked) and its outputs have their row counts. Blocks of `plan::norm_fused_block`
+        // threads for the consumer's rows (one a warp).
+        let block = |rows: usize| {
+            let threads = plan::norm_fused_block(g, rows, self.k.n_sms);
+            (threads, rows.div_ceil((threads / 32) as usize) as u32)
+        };
         let outs = match then {
             NormThen::Qkv { wq, wk, wv } => {
                 let mixed = (fast(wv) && wv.desc != wq.desc)
@@ -3935,8 +3938,9 @@ impl Backend for CudaBackend {
                     if with_v { wv.rows as i32 } else { 0 },
                 ];
                 let total = m.iter().map(|&r| r as usize).sum::<usize>();
+                let (threads, blocks) = block(total);
                 let cfg = LaunchConfig {
-                    grid_dim: (total.div_ceil(rows_a_block) as u32, 1, 1),
+                    grid_dim: (blocks, 1, 1),
                     block_dim: (threads, 1, 1),
                     shared_mem_bytes: 0,
                 };
@@ -4012,8 +4016,9 @@ impl Backend for CudaBackend {
                         shared_mem_bytes: 0,
                     }
                 } else {
+                    let (threads, blocks) = block(m);
                     LaunchConfig {
-                        grid_dim: (m.div_ceil(rows_a_block) as u32, 1, 1),
+                        grid_dim: (blocks, 1, 1),
                         block_dim: (threads, 1, 1),
                         shared_mem_bytes: 0,
                     }
@@ -5152,7 +5157,7 @@ mod tests {
         assert!(KERNEL_SOURCE.contains(&format!("#define NORM_FUSED_MAX {}", plan::NORM_FUSED_MAX)));
         assert!(KERNEL_SOURCE.contains(&format!(
             "#define NORM_FUSED_THREADS {}",
-            plan::norm_fused_threads(plan::NORM_FUSED_MAX)
+            plan::NORM_FUSED_BLOCK_MAX
         )));
         assert!(KERNEL_SOURCE.contains("smem + (size_t)warp * 8 * SEG_WORDS"));
         // Every seeded fault has its switch in the kernels.

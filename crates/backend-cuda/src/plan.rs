@@ -331,6 +331,26 @@ pub fn norm_fused_threads(g: usize) -> u32 {
     norm_threads(g).max(FAST_THREADS)
 }
 
+/// The most threads of such a block (kernels.cu `NORM_FUSED_THREADS`, its launch bounds).
+pub const NORM_FUSED_BLOCK_MAX: u32 = 512;
+
+/// Threads of each block of a norm-fused consumer of `rows` weight rows (one a warp) on a
+/// card of `n_sms` SMs: [`norm_fused_threads`], doubled (up to [`NORM_FUSED_BLOCK_MAX`])
+/// while the grid has more blocks than SMs. Every block runs the whole norm before its rows
+/// (a dependent chain of loads and two block reductions, most of such a launch's time), so a
+/// grid of more blocks than SMs puts two of those chains on one SM, where they slow each
+/// other. Gemma-3-270M's q/k/v (1536 rows) and gate/up (2048) go from 192 and 256 blocks of
+/// 256 threads to 96 and 128 of 512: tg128 +1.2 to +1.5% on the H200 (BENCHMARKS.md session
+/// 42; 1024 threads a block lost 7%). The norm's own threads and every row's arithmetic are
+/// unchanged, so every value is the same.
+pub fn norm_fused_block(g: usize, rows: usize, n_sms: usize) -> u32 {
+    let mut t = norm_fused_threads(g);
+    while t < NORM_FUSED_BLOCK_MAX && rows.div_ceil((t / 32) as usize) > n_sms.max(1) {
+        t *= 2;
+    }
+    t
+}
+
 /// Bytes of the quantized activations of `n` rows of `k` (k a multiple of 32): `n * k` int8
 /// values, then per 32 values an 8-byte `{f32 d, i32 sum}` (`Q8Blk` in kernels.cu).
 pub fn q8_bytes(n: usize, k: usize) -> usize {
@@ -1670,7 +1690,7 @@ mod tests {
         }
         // The norm fused into its consumer: one row, whole 32-value blocks, at most
         // NORM_FUSED_MAX; the block holds norm_threads(g) threads (the fused norm's own block,
-        // four values a thread at most) and at most 256 (kernels.cu NORM_FUSED_THREADS).
+        // four values a thread at most) and at most 256 (norm_fused_block may double it).
         assert!(norm_fuses(1, 576) && norm_fuses(1, 640) && norm_fuses(1, 1024));
         assert!(!norm_fuses(2, 576) && !norm_fuses(1, 2048) && !norm_fuses(1, 100));
         for g in (32..=NORM_FUSED_MAX).step_by(32) {
@@ -1682,6 +1702,20 @@ mod tests {
             assert!(norm_threads(g) as usize * 4 >= g, "{g}");
         }
         assert_eq!(norm_fused_threads(576), 256);
+        // Blocks doubled while the grid has more blocks than SMs, up to the launch bounds:
+        // Gemma-3's q/k/v and gate/up on 132 SMs take 512, SmolLM2's q/k/v (960 rows) keeps
+        // 256, its gate/up (1536) takes 512; a long layer stops at the bound.
+        assert_eq!(norm_fused_block(640, 1536, 132), 512);
+        assert_eq!(norm_fused_block(640, 2048, 132), 512);
+        assert_eq!(norm_fused_block(576, 960, 132), 256);
+        assert_eq!(norm_fused_block(576, 1536, 132), 512);
+        assert_eq!(norm_fused_block(1024, 100_000, 132), NORM_FUSED_BLOCK_MAX);
+        assert_eq!(norm_fused_block(64, 100, 132), FAST_THREADS);
+        for (g, rows, sms) in [(640, 1536, 78), (576, 4000, 16), (1024, 8192, 0)] {
+            let t = norm_fused_block(g, rows, sms);
+            assert!(t >= norm_fused_threads(g) && t <= NORM_FUSED_BLOCK_MAX);
+            assert!(t.is_power_of_two());
+        }
         assert!(norm_gate_up_quantizes(GgmlType::Q4_1.id() as i32));
         assert!(!norm_gate_up_quantizes(GgmlType::Q4K.id() as i32));
         // SmolLM2's feed-forward quantizes in its fused gate/up; Gemma-3's (a post norm in the

@@ -71,8 +71,9 @@ fn kernels_compile_for_sm90() {
             // One warp per row of a 32-row output block (plan::GATE_UP_Q8_THREADS).
             1024
         } else if name.starts_with("norm_") {
-            // The norm fused into its consumer: plan::norm_fused_threads, at most 256.
-            plan::norm_fused_threads(plan::NORM_FUSED_MAX)
+            // The norm fused into its consumer: plan::norm_fused_block, at most
+            // plan::NORM_FUSED_BLOCK_MAX (the kernels' launch bounds).
+            plan::NORM_FUSED_BLOCK_MAX
         } else if name == "decode_layers_cluster" {
             // One cluster of 16 blocks of 512 threads (graph_exec::cluster_rewrite).
             512
