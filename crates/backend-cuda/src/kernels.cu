@@ -4053,11 +4053,21 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         av[i] = in ? __ldcg(a + t + i * nt) : 0.0f;
         bv[i] = in ? __ldcg(b + t + i * nt) : 0.0f;
     }
+    // Timeline builds: mark 7 once the thread's loads have arrived (the test below waits for
+    // them), mark 8 once the post norm is done, so the prologue's time splits into the loads,
+    // each reduction (mark 2: the second) and the quantization (mark 3). The default build
+    // compiles both away.
+    float arrived = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) arrived += av[i] + bv[i];
+    if (arrived != arrived) TL_MARK(0);
+    TL_MARK(7);
     if (pw != nullptr) {
         norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r,
                               nt, nullptr, nullptr);
 #pragma unroll
         for (int i = 0; i < NV; i++) bv[i] = r[i];
+        TL_MARK(8);
     }
 #pragma unroll
     for (int i = 0; i < NV; i++) {
