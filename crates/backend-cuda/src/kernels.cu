@@ -1253,6 +1253,27 @@ __device__ __forceinline__ size_t att_layer_base(size_t base) {
     return base;
 #endif
 }
+// A short decode row's entry of the row table (ROW_INFO), read through L2 (the short decode
+// kernels read it before their grid wait; the table is staged before the step's kernels run),
+// and its visible keys [lo, hi], n of them (at most ATT_D_MAX_KEYS: the host runs longer rows
+// elsewhere). attention_decode_body and attention_decode_cl_body start from it.
+struct AttDecodeRow {
+    int soff, n_kv, pos, moff, lo, hi, n;
+    size_t soff_sc;
+};
+__device__ __forceinline__ AttDecodeRow att_decode_row(const int* info, int row, int window) {
+    const int* ri = info + row * ROW_INFO;
+    AttDecodeRow r;
+    r.soff = __ldcg(ri);
+    r.n_kv = __ldcg(ri + 1);
+    r.pos = __ldcg(ri + 2);
+    r.moff = __ldcg(ri + 4);
+    r.soff_sc = (size_t)__ldcg(ri + 3);
+    r.lo = window > 0 ? max(0, r.pos - window + 1) : 0;
+    r.hi = min(r.pos, r.n_kv - 1);
+    r.n = max(0, r.hi - r.lo + 1);
+    return r;
+}
 // A visible key's scaled score as the kernels keep it; mask-drift sends a row with an explicit
 // mask (moff >= 0) down another path, one ulp off.
 __device__ __forceinline__ float att_score_path(float s, int moff) {
@@ -2333,14 +2354,12 @@ __device__ __forceinline__ void attention_decode_body(
     int group = n_heads / n_kv_heads, slices = group / hpb;
     int row = blockIdx.x, kh = blockIdx.y / slices, h0 = (blockIdx.y % slices) * hpb;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int* ri = info + row * ROW_INFO;
-    int soff = __ldcg(ri), n_kv = __ldcg(ri + 1), pos = __ldcg(ri + 2), moff = __ldcg(ri + 4);
-    size_t soff_sc = (size_t)__ldcg(ri + 3);
+    const AttDecodeRow dr = att_decode_row(info, row, window);
+    int soff = dr.soff, n_kv = dr.n_kv, pos = dr.pos, moff = dr.moff;
+    int lo = dr.lo, hi = dr.hi, n = dr.n;
+    size_t soff_sc = dr.soff_sc;
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
-    int lo = window > 0 ? max(0, pos - window + 1) : 0;
-    int hi = min(pos, n_kv - 1);
-    int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
     for (int jj = tid; jj < n; jj += THREADS) {
         s_slot[jj] = __ldcg(slots + soff + lo + jj);
         s_vis[jj] = moff < 0 || __ldcg(mask + moff + lo + jj);
@@ -2666,14 +2685,12 @@ __device__ __forceinline__ void attention_decode_cl_body(
     int group = n_heads / n_kv_heads, slices = group / hpb;
     int row = blockIdx.x, kh = blockIdx.y / slices, h0 = (blockIdx.y % slices) * hpb;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int* ri = info + row * ROW_INFO;
-    int soff = __ldcg(ri), n_kv = __ldcg(ri + 1), pos = __ldcg(ri + 2), moff = __ldcg(ri + 4);
-    size_t soff_sc = (size_t)__ldcg(ri + 3);
+    const AttDecodeRow dr = att_decode_row(info, row, window);
+    int soff = dr.soff, n_kv = dr.n_kv, pos = dr.pos, moff = dr.moff;
+    int lo = dr.lo, hi = dr.hi, n = dr.n;
+    size_t soff_sc = dr.soff_sc;
     base = att_layer_base(base);
     int kv_dim = n_kv_heads * D, q_dim = n_heads * D;
-    int lo = window > 0 ? max(0, pos - window + 1) : 0;
-    int hi = min(pos, n_kv - 1);
-    int n = max(0, hi - lo + 1);  // at most ATT_D_MAX_KEYS (the host runs longer rows elsewhere)
     // This block's keys: the rank-th of CQ consecutive chunks (empty past the row's end).
     int chunk = (n + CQ - 1) / CQ;
     int k0 = min(n, (int)rank * chunk), nb = min(n, k0 + chunk) - k0, j0 = lo + k0;
