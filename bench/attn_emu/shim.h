@@ -49,6 +49,7 @@ inline float att_cl_peer(const float* p, unsigned r) {
     return v;
 }
 inline void att_cl_sync() { g_cl_bar->arrive_and_wait(); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }
 inline long long __double_as_longlong(double d) { long long v; std::memcpy(&v, &d, 8); return v; }

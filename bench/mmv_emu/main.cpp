@@ -14,7 +14,6 @@ inline int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
     return c;
 }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
     unsigned long long v = ((unsigned long long)hi << 32) | lo;
     return (unsigned)(v >> (sh & 31));

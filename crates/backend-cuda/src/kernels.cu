@@ -199,6 +199,44 @@ struct Q8Blk {
     float d;
     int s;
 };
+// A block's scale d = a / 127 and its inverse id = (d != 0 ? 1 / d : 0), for a = max |v| >= 0,
+// bit for bit what IEEE division gives (a / 127.0f, 1.0f / d), without its branches: nvcc's
+// correctly rounded division and reciprocal check their operands (FCHK, an exponent test) and
+// branch around a slow path, on every quantization's dependent chain, which sits on a decode
+// step's critical path (with both approximated instead, wrong values, Gemma-3's tg128 went up
+// 3.7%, BENCHMARKS.md session 43).
+// - The scale: q0 = a * c with c = RN(1/127), then one FMA correction. For every finite a >= 0
+//   (denormals included) this is exactly RN(a / 127): checked for all 2^31 such floats on the
+//   CPU against IEEE division and on the device against nvcc's (bench/q8_exhaustive). a = inf
+//   or NaN (a block with an infinity, or all NaN) takes a * c: inf, NaN.
+// - The inverse: the hardware's reciprocal approximation then one Newton step by FMA, as nvcc's
+//   own fast path does for divisors of a biased exponent in [1, 252]; d = a / 127 is below 2^126,
+//   and a subnormal d is scaled by 2^64 first and the result by 2^64 after (both exact; an
+//   inverse beyond FLT_MAX overflows to inf as IEEE rounding does). Checked for every float d
+//   on the device against nvcc's 1.0f / d (bench/q8_exhaustive). d = 0 or inf gives 0.
+// LOCKSTEP_Q8_IEEE_DIV (a diagnostic define) compiles the two IEEE operations instead.
+// (Products are plain: --fmad=false keeps them out of any FMA.)
+__device__ __forceinline__ float q8_scale(float a) {
+    const float c = 0.0078740157186985015869f;  // RN(1 / 127), 0x3c010204
+    float q0 = a * c;
+    float d = __fmaf_rn(__fmaf_rn(-q0, 127.0f, a), c, q0);
+    return a <= 3.40282346638528859812e+38f ? d : q0;
+}
+__device__ __forceinline__ float q8_inverse(float d) {
+    float s = d < 1.17549435082228750797e-38f ? 18446744073709551616.0f : 1.0f;  // 2^64
+    float x = d * s;
+#ifdef __CUDACC__
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+#else
+    // The CPU emulations (bench/attn_emu, bench/mmv_emu): any start within an ulp of 1 / x
+    // gives the Newton step's correctly rounded result; this one is the rounded quotient.
+    float y = 1.0f / x;
+#endif
+    float r = __fmaf_rn(__fmaf_rn(-x, y, 1.0f), y, y) * s;
+    return d != 0.0f && d <= 3.40282346638528859812e+38f ? r : (d != d ? d : 0.0f);
+}
+
 // q2 / ds2, when given, receive a copy (a fused norm's shared-memory row and the global buffer).
 __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                          size_t blk, signed char* __restrict__ q2 = nullptr,
@@ -222,8 +260,13 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
 #endif
+#ifndef LOCKSTEP_Q8_IEEE_DIV
+    float d = q8_scale(a);
+    float id = q8_inverse(d);
+#else
     float d = a / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
+#endif
     float r = rintf(v * id);
     int qi = r != r ? 0 : (int)fminf(fmaxf(r, -127.0f), 127.0f);
     q[blk * 32 + lane] = (signed char)qi;
@@ -925,7 +968,7 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
                                             signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
-                                            int part = 0, int parts = 1);
+                                            int part = 0, int parts = 1, int red_tag = 2);
 
 // The norm of one group whose values thread t holds in v[i] = x[t + i * blockDim.x] (i < NORM_MAXV,
 // j < g): the f64 sum of squares in i order, the block's fixed reduction, then out[j] =
@@ -959,7 +1002,7 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
                                             signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
-                                            int part, int parts) {
+                                            int part, int parts, int red_tag) {
     int t = threadIdx.x;
     bool on = !FUSED || t < bd;
     norm_acc ss = 0;
@@ -969,7 +1012,7 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
     ss = block_sum_norm(ss, bd >> 5);
     norm_acc scale = norm_scale(ss, g, eps);
     if (scale != scale) TL_MARK(0);  // never: keeps the mark below after the reduction
-    TL_MARK(2);
+    TL_MARK(red_tag);
     // With parts > 1 (residual_norm's blocks of one row, grid.y = parts) this block writes only
     // its part's values (i % parts == part); every value is still computed (r), the same way.
 #pragma unroll
@@ -988,6 +1031,8 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
             if (mine)
                 q8_block(o, q, ds, blk0 + (size_t)(j >> 5), FUSED ? q2 : nullptr,
                          FUSED ? ds2 : nullptr);
+            if (FUSED && o != o) TL_MARK(0);
+            if (FUSED) TL_MARK(10 + i);
         } else if (j < g) {
             float o = norm_apply(v[i], scale, wv[i]);
             if (mine && (!FUSED || out != nullptr)) out[j] = o;
@@ -4081,7 +4126,7 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
     TL_MARK(7);
     if (pw != nullptr) {
         norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r,
-                              nt, nullptr, nullptr);
+                              nt, nullptr, nullptr, 0, 1, 14);
 #pragma unroll
         for (int i = 0; i < NV; i++) bv[i] = r[i];
         TL_MARK(8);
@@ -4254,6 +4299,7 @@ NORM_FUSED_Q8(3)
 NORM_FUSED_Q8(6)
 NORM_FUSED_Q8(7)
 NORM_FUSED_Q8(8)
+
 
 // ============================================================================================
 // LOGITS REDUCTION (LogitsOut::Top): per logits row, its k largest entries in the sampler's
