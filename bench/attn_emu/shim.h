@@ -77,6 +77,9 @@ template <class T, class F> inline T emu_warp_reduce(T v, F f) {
 inline int __any_sync(unsigned, int p) {
     return emu_warp_reduce<int>(p != 0, [](int a, int b) { return a | b; });
 }
+inline int __all_sync(unsigned, int p) {
+    return emu_warp_reduce<int>(p != 0, [](int a, int b) { return a & b; });
+}
 inline unsigned __reduce_max_sync(unsigned, unsigned v) {
     return emu_warp_reduce<unsigned>(v, [](unsigned a, unsigned b) { return a > b ? a : b; });
 }

@@ -250,12 +250,22 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
     // (fmaxf skips NaNs; the bits would not) the shuffles run as before. A quantization sits
     // on the decode step's critical path in every norm and activation (session 19's timeline).
     // LOCKSTEP_Q8_SHUFFLE (LOCKSTEP_CUDA_Q8_SHUFFLE=1) keeps the shuffles, for comparisons.
+#ifndef LOCKSTEP_Q8_NAN_BRANCH
+    // NaN lanes count as 0 and a block of NaNs alone gives NaN: fmaxf's fold (it skips NaNs) as
+    // selects, not a vote and a branch on the quantization's dependent chain (session 43; the
+    // diagnostic LOCKSTEP_Q8_NAN_BRANCH keeps the branch to the shuffles). Any NaN gives the
+    // same block: its scale is the canonical NaN a NaN's product is, every q 0.
+    bool nan = a != a;
+    unsigned m = __reduce_max_sync(0xffffffffu, nan ? 0u : __float_as_uint(a));
+    a = __all_sync(0xffffffffu, nan) ? __uint_as_float(0x7fffffffu) : __uint_as_float(m);
+#else
     if (__any_sync(0xffffffffu, a != a)) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
     } else {
         a = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(a)));
     }
+#endif
 #else
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
@@ -916,10 +926,23 @@ extern "C" __global__ void act_mul(const float* g, const float* u, float* out, i
 // (rsqrtf, 2 ulp) in f32, within verify's norm_bound; a decode step's norms sit on its critical
 // path: in f32 alone they gave SmolLM2 +2.6 to +5.1% and Gemma-3 +4.0 to +7.9% tg128 on the
 // H200, BENCHMARKS.md session 26).
+//
+// The fast norms' mean ss / g is IEEE's f32 quotient, bit for bit, formed in f64 as ss * (1 / g)
+// (no f32 division's operand check and branch on the critical path, session 43): for integer
+// 1 <= g <= 2^24 an f32 quotient is never a rounding midpoint, and lies at least 2^-25 / g of
+// itself from one, while the two f64 roundings move it by less than 2^-52 (swept over every f32
+// ss for several g, bench/q8_exhaustive/run_cpu.sh). LOCKSTEP_NORM_IEEE_DIV (diagnostic) divides.
 #ifdef LOCKSTEP_FAST_F32
 typedef float norm_acc;
+__device__ __forceinline__ float norm_mean(float ss, int g) {
+#ifndef LOCKSTEP_NORM_IEEE_DIV
+    return (float)((double)ss * (1.0 / (double)g));
+#else
+    return ss / (float)g;
+#endif
+}
 __device__ __forceinline__ float norm_scale(float ss, int g, float eps) {
-    return rsqrtf(ss / (float)g + eps);
+    return rsqrtf(norm_mean(ss, g) + eps);
 }
 __device__ __forceinline__ float norm_apply(float v, float scale, float w) { return (v * scale) * w; }
 #else
@@ -935,15 +958,22 @@ __device__ __forceinline__ float norm_apply(float v, double scale, float w) {
 // `nw` is the norm's warps: blockDim.x / 32, or fewer in a fused kernel whose larger block runs
 // a norm as the first nw warps of a block of plan::norm_threads(g) would (the other warps
 // contribute nothing, so the sum is bitwise that block's).
-__device__ __forceinline__ norm_acc block_sum_norm(norm_acc v, int nw) {
-    __shared__ norm_acc warp_part[32];
+// `slot` 0 may follow an earlier call in the kernel (the barrier before its stores waits for
+// that call's reads); slots 1 and 2 are the norm-fused prologue's two reductions, each the
+// slot's only use in its kernel, so they skip that barrier (session 43; the diagnostic
+// LOCKSTEP_NORM_LEAD_SYNC keeps it).
+__device__ __forceinline__ norm_acc block_sum_norm(norm_acc v, int nw, int slot = 0) {
+    __shared__ norm_acc warp_part[3][32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, o);
     int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __syncthreads();  // warp_part may still be read by an earlier call
-    if (lane == 0) warp_part[w] = v;
+#ifndef LOCKSTEP_NORM_LEAD_SYNC
+    if (slot == 0)
+#endif
+        __syncthreads();  // warp_part may still be read by an earlier call
+    if (lane == 0) warp_part[slot][w] = v;
     __syncthreads();
-    norm_acc t = lane < nw ? warp_part[lane] : (norm_acc)0;
+    norm_acc t = lane < nw ? warp_part[slot][lane] : (norm_acc)0;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t = t + __shfl_xor_sync(0xffffffffu, t, o);
     return t;
@@ -968,7 +998,8 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
                                             signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
-                                            int part = 0, int parts = 1, int red_tag = 2);
+                                            int part = 0, int parts = 1, int red_tag = 2,
+                                            int slot = 0);
 
 // The norm of one group whose values thread t holds in v[i] = x[t + i * blockDim.x] (i < NORM_MAXV,
 // j < g): the f64 sum of squares in i order, the block's fixed reduction, then out[j] =
@@ -1002,14 +1033,14 @@ __device__ __forceinline__ void norm_regs_w(const float* v, const float* wv,
                                             signed char* __restrict__ q, Q8Blk* __restrict__ ds,
                                             size_t blk0, float* r, int bd,
                                             signed char* __restrict__ q2, Q8Blk* __restrict__ ds2,
-                                            int part, int parts, int red_tag) {
+                                            int part, int parts, int red_tag, int slot) {
     int t = threadIdx.x;
     bool on = !FUSED || t < bd;
     norm_acc ss = 0;
 #pragma unroll
     for (int i = 0; i < NV; i++)
         if (on && t + i * bd < g) ss += (norm_acc)v[i] * (norm_acc)v[i];
-    ss = block_sum_norm(ss, bd >> 5);
+    ss = block_sum_norm(ss, bd >> 5, slot);
     norm_acc scale = norm_scale(ss, g, eps);
     if (scale != scale) TL_MARK(0);  // never: keeps the mark below after the reduction
     TL_MARK(red_tag);
@@ -4126,7 +4157,7 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
     TL_MARK(7);
     if (pw != nullptr) {
         norm_regs_w<NV, true>(bv, nwv.pw, first ? bn : nullptr, g, eps, nullptr, nullptr, 0, r,
-                              nt, nullptr, nullptr, 0, 1, 14);
+                              nt, nullptr, nullptr, 0, 1, 14, 1);
 #pragma unroll
         for (int i = 0; i < NV; i++) bv[i] = r[i];
         TL_MARK(8);
@@ -4141,7 +4172,7 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
     // block wrote the same scales: the same values, but racing stores; no speed change either
     // way, BENCHMARKS.md).
     norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
-                          first ? q : nullptr, first ? ds : nullptr);
+                          first ? q : nullptr, first ? ds : nullptr, 0, 1, 2, 2);
     TL_MARK(3);
 }
 

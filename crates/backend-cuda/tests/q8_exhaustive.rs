@@ -4,7 +4,8 @@
 //! here on every non-negative float, as the CPU emulations compile them
 //! (`bench/q8_exhaustive/run_cpu.sh` cuts them out of kernels.cu as they are). The device's
 //! reciprocal approximation differs from the CPU's start; `bench/q8_exhaustive/run.sh` runs the
-//! same sweep on the GPU (BENCHMARKS.md, session 43).
+//! same sweep on the GPU (BENCHMARKS.md, session 43). The fast norms' mean (`norm_mean`: ss / g
+//! formed in f64, no f32 division) is swept the same way for several g.
 
 mod common;
 
@@ -12,7 +13,7 @@ use common::gxx_or_skip;
 use std::process::Command;
 
 #[test]
-fn q8_scale_and_inverse_are_ieee_on_every_float() {
+fn q8_scale_inverse_and_norm_mean_are_ieee_on_every_float() {
     if !gxx_or_skip() {
         return;
     }
@@ -35,6 +36,8 @@ fn q8_scale_and_inverse_are_ieee_on_every_float() {
         "q8_scale vs a / 127.0f, all 2^31 non-negative a: 0 differ",
         "q8_inverse(q8_scale(a)) vs 1.0f / (a / 127.0f), all a: 0 differ",
         "q8_inverse(d) vs 1.0f / d, all d < 2^126: 0 differ",
+        "norm_mean(ss, g) vs ss / (float)g, all 2^31 non-negative ss, g in {64, 256, 576, 640, \
+         896, 1152, 3, 127, 2^24 - 1}: 0 differ",
     ] {
         assert!(text.lines().any(|l| l == what), "missing: {what}");
     }
