@@ -218,14 +218,23 @@ fn no_load_moves_above_a_grid_wait() {
 }
 
 /// The step timeline's build (`LOCKSTEP_CUDA_TIMELINE`, timeline.rs) compiles, stamps the
-/// global timer and declares the records the host reads by name.
+/// global timer and declares the records the host reads by name. It carries session 43's
+/// diagnostic defines too (the quantizer's and the norms' IEEE divisions, the NaN branch, the
+/// prologue's leading barrier: the arithmetic before, which a comparison compiles), so they
+/// compile without a build of their own.
 #[test]
 fn the_timeline_build_compiles_with_its_records() {
     if !nvrtc_present() {
         return;
     }
     let mut options = fast_options();
-    options.push("-DLOCKSTEP_TIMELINE");
+    options.extend([
+        "-DLOCKSTEP_TIMELINE",
+        "-DLOCKSTEP_Q8_IEEE_DIV",
+        "-DLOCKSTEP_Q8_NAN_BRANCH",
+        "-DLOCKSTEP_NORM_IEEE_DIV",
+        "-DLOCKSTEP_NORM_LEAD_SYNC",
+    ]);
     let ptx = compile::nvrtc_ptx(KERNEL_SOURCE, "compute_90", &options)
         .unwrap_or_else(|log| panic!("NVRTC failed with LOCKSTEP_TIMELINE:\n{log}"));
     for name in ["lockstep_timeline", "lockstep_timeline_n", "%globaltimer"] {
