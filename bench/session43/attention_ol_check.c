@@ -1,6 +1,8 @@
 // Session 43, a candidate not yet built: the decode attention's O / L per output as
 // (float)((double)O * (1.0 / (double)L)), one f64 reciprocal per head instead of an f32 division
-// (operand check and branch) per value. RN_f of that product is RN_f(O / L) for every finite f32
+// (operand check and branch) per value. It pays only where a head's L is formed once: the decode
+// kernels form L per value today (attention_decode_cl_body combines the cluster's partials per
+// value), so a build would first form each head's L and its reciprocal once. RN_f of that product is RN_f(O / L) for every finite f32
 // O and L by the argument BENCHMARKS.md session 43 gives for the norms' mean (an f32 quotient is
 // never a rounding midpoint and lies at least 2^-49 of itself from one; two f64 roundings move
 // it by under 2^-52). This checks it here: every non-negative O against eight L (1, 1 + ulp, 3,
