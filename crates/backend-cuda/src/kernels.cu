@@ -212,8 +212,8 @@ struct Q8Blk {
 // - The inverse: the hardware's reciprocal approximation then one Newton step by FMA, as nvcc's
 //   own fast path does for divisors of a biased exponent in [1, 252]; d = a / 127 is below 2^126,
 //   and a subnormal d is scaled by 2^64 first and the result by 2^64 after (both exact; an
-//   inverse beyond FLT_MAX overflows to inf as IEEE rounding does). Checked for every float d
-//   on the device against nvcc's 1.0f / d (bench/q8_exhaustive). d = 0 or inf gives 0.
+//   inverse beyond FLT_MAX overflows to inf as IEEE rounding does). Checked for every d below
+//   2^126 on the device against nvcc's 1.0f / d (bench/q8_exhaustive). d = 0 or inf gives 0.
 // LOCKSTEP_Q8_IEEE_DIV (a diagnostic define) compiles the two IEEE operations instead.
 // (Products are plain: --fmad=false keeps them out of any FMA.)
 __device__ __forceinline__ float q8_scale(float a) {
@@ -246,9 +246,9 @@ __device__ __forceinline__ void q8_block(float v, signed char* __restrict__ q, Q
 #ifndef LOCKSTEP_Q8_SHUFFLE
     // The block's largest |v| by one integer reduction (redux.sync, sm_80 and later) on the
     // bits, instead of five dependent shuffles: non-negative floats order as their bit
-    // patterns, so without a NaN the maximum is fmaxf's, bit for bit. With a NaN in the block
-    // (fmaxf skips NaNs; the bits would not) the shuffles run as before. A quantization sits
-    // on the decode step's critical path in every norm and activation (session 19's timeline).
+    // patterns, so without a NaN the maximum is fmaxf's, bit for bit (NaN lanes: below). A
+    // quantization sits on the decode step's critical path in every norm and activation
+    // (session 19's timeline).
     // LOCKSTEP_Q8_SHUFFLE (LOCKSTEP_CUDA_Q8_SHUFFLE=1) keeps the shuffles, for comparisons.
 #ifndef LOCKSTEP_Q8_NAN_BRANCH
     // NaN lanes count as 0 and a block of NaNs alone gives NaN: fmaxf's fold (it skips NaNs) as
