@@ -89,7 +89,9 @@ inline int __reduce_add_sync(unsigned, int v) {
 inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
 // The step timeline's marks: nothing to stamp on the CPU.
 #define TL_MARK(tag)
-inline float fminf(float a, float b) { return std::fmin(a, b); }
+// fminf / fmaxf as the compiler's builtins: std::fmin / std::fmax would call these back (an
+// emulated q8_block's clamp recursed until the stack overflowed, session 44).
+inline float fminf(float a, float b) { return __builtin_fminf(a, b); }
 inline float rintf(float a) { return std::rint(a); }
 inline float fabsf(float a) { return std::fabs(a); }
 struct float4 { float x, y, z, w; };
@@ -102,7 +104,7 @@ inline u16 f2h(float f) { _Float16 v = (_Float16)f; u16 h; std::memcpy(&h, &v, 2
 template <class T> inline T min(T a, T b) { return a < b ? a : b; }
 template <class T> inline T max(T a, T b) { return a > b ? a : b; }
 using std::exp;
-inline float fmaxf(float a, float b) { return std::fmax(a, b); }
+inline float fmaxf(float a, float b) { return __builtin_fmaxf(a, b); }
 #define __global__
 // Programmatic dependent launch has nothing to wait for on the CPU; an L2-only load is a load.
 #define GRID_ENTER()
