@@ -87,8 +87,14 @@ inline int __reduce_add_sync(unsigned, int v) {
     return emu_warp_reduce<int>(v, [](int a, int b) { return a + b; });
 }
 inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
-// The step timeline's marks: nothing to stamp on the CPU.
+// The step timeline's marks and stamps: nothing to stamp on the CPU.
 #define TL_MARK(tag)
+#define TL_ENTRY()
+#define TL_LOADED(x)
+#define TL_PARAM(x)
+#define TL_PARAM0(x)
+#define TL_MID()
+#define TL_SMID()
 // fminf / fmaxf as the compiler's builtins: std::fmin / std::fmax would call these back (an
 // emulated q8_block's clamp recursed until the stack overflowed, session 44).
 inline float fminf(float a, float b) { return __builtin_fminf(a, b); }

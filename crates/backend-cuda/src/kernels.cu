@@ -29,10 +29,13 @@ typedef unsigned int u32;
 #define TL_CAP (1u << 19)
 #define TL_TAGS 16
 __device__ unsigned long long lockstep_timeline[TL_CAP * 2];
-__device__ unsigned int lockstep_timeline_n;
+// The record count, as a float: a float atomic add is the one ptxas does not aggregate across
+// a warp (tl_arrive); counts up to 2^24 are exact, far above TL_CAP.
+__device__ float lockstep_timeline_n;
 // Marks inside a kernel (TL_MARK(tag), first thread of the first block): the time from the
 // kernel's release to the mark, in ns, at [record * TL_TAGS + tag] (0: not reached). Plain
-// stores: no atomic on the kernel's own path.
+// stores: no atomic on the kernel's own path. Tags 10, 11, 13, 14 and 15 count the other way,
+// from before the release (the stamps, below), and 12 is no time but the block's SM.
 __device__ unsigned int lockstep_marks[TL_CAP * TL_TAGS];
 __device__ __forceinline__ unsigned long long tl_now() {
     unsigned long long t;
@@ -51,31 +54,92 @@ __device__ __forceinline__ bool tl_first() {
     return (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
 #endif
 }
-// The record index and release time of this block's kernel (first thread only).
+// The record index and release time of this block's kernel (first thread only), and the
+// stamps taken before the release (session 45): slot s goes to mark tl_stamp_tag(s) as the
+// release minus the stamp. Shared memory starts undefined, so a slot counts only with its
+// flag set to a word no other use leaves there by chance; tl_record clears it.
+//   slot 0, mark 15: the block's first instruction (TL_ENTRY: the one-row mat-vecs, the
+//           norm-fused kernels, the decode attentions);
+//   slot 1, mark 13: the first weight scale in its register (TL_LOADED);
+//   slot 2, mark 11: the first weight row's address ready (TL_PARAM, the one-row mat-vecs);
+//   slot 3, mark 10: the first parameter ready, a few instructions in (TL_PARAM0, mmv_fast1);
+//   slot 4, mark 14: just before the row address's first use (TL_MID, mmv_fast1).
+#define TL_STAMPS 5
+#define TL_STAMP_SET 0x7e57e17bu
+__device__ __forceinline__ constexpr unsigned int tl_stamp_tag(int sl) {
+    return sl == 0 ? 15u : sl == 1 ? 13u : sl == 2 ? 11u : sl == 3 ? 10u : 14u;
+}
 struct TlSelf {
     unsigned int index;
     unsigned long long release;
+    unsigned long long stamp[TL_STAMPS];
+    unsigned int set[TL_STAMPS];
 };
 __device__ __forceinline__ TlSelf* tl_self() {
     __shared__ TlSelf self;
     return &self;
 }
-// The index is taken before the wait, off the kernel's path (the host sorts a replay's records
-// by release time, so an index taken out of order cannot misplace a kernel).
-__device__ __forceinline__ unsigned int tl_arrive() {
-    return tl_first() ? atomicAdd(&lockstep_timeline_n, 1u) : 0u;
+// The index is drawn before the wait and first used after the release stamp (the host sorts
+// a replay's records by release time, so an index taken out of order cannot misplace a
+// kernel). An integer atomicAdd (or atom.add in asm) is aggregated by ptxas across the warp's
+// lanes with a shuffle of the result, which made the block wait for the atomic's round trip
+// (0.2-1.2 us on the H200, session 45) before its arrival stamp and its wait, on the kernel's
+// path; the float add is not, so the result is first read after the release stamp.
+__device__ __forceinline__ float tl_arrive() {
+    float i = 0.0f;
+    if (tl_first())
+        asm volatile("atom.global.add.f32 %0, [%1], 0f3F800000;" : "=f"(i) : "l"(&lockstep_timeline_n) : "memory");
+    return i;
 }
-__device__ __forceinline__ void tl_record(unsigned long long t0, unsigned int i) {
+__device__ __forceinline__ void tl_record(unsigned long long t0, float fi) {
     if (tl_first()) {
-        unsigned long long t1 = tl_now();
-        tl_self()->index = i;
-        tl_self()->release = t1;
+        // Before anything reads the index: volatile asm keeps its order with the conversion's.
+        unsigned long long t1;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1) : : "memory");
+        unsigned int i;
+        asm volatile("cvt.rzi.u32.f32 %0, %1;" : "=r"(i) : "f"(fi));
+        TlSelf* me = tl_self();
+        me->index = i;
+        me->release = t1;
         if (i < TL_CAP) {
             lockstep_timeline[2 * (size_t)i] = t0;
             lockstep_timeline[2 * (size_t)i + 1] = t1;
         }
+#pragma unroll
+        for (int sl = 0; sl < TL_STAMPS; sl++) {
+            if (me->set[sl] != TL_STAMP_SET) continue;
+            me->set[sl] = 0u;
+            if (i < TL_CAP)
+                lockstep_marks[(size_t)i * TL_TAGS + tl_stamp_tag(sl)] = (unsigned int)(t1 - me->stamp[sl]) | 1u;
+        }
     }
 }
+// A stamp into slot sl once dep is in its register (the store that depends on it is ordered
+// before the timer read by the asm's memory clobber; the store itself never happens).
+__device__ __forceinline__ void tl_stamp_after(unsigned int dep, int sl) {
+    if (tl_first()) {
+        TlSelf* me = tl_self();
+        if (dep == 0x7fbadbadu) me->set[sl] = 0u;
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
+        me->stamp[sl] = t;
+        me->set[sl] = TL_STAMP_SET;
+    }
+}
+#define TL_ENTRY() tl_stamp_after(0u, 0)
+#define TL_LOADED(x) tl_stamp_after(__float_as_uint(x), 1)
+#define TL_PARAM(x) tl_stamp_after((unsigned int)(x), 2)
+#define TL_PARAM0(x) tl_stamp_after((unsigned int)(x), 3)
+#define TL_MID() tl_stamp_after(0u, 4)
+// Mark 12 (after the grid wait): the SM the stamping block runs on, as smid * 1000 + 1 "ns".
+__device__ __forceinline__ void tl_smid() {
+    if (tl_first()) {
+        unsigned int sm, i = tl_self()->index;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        if (i < TL_CAP) lockstep_marks[(size_t)i * TL_TAGS + 12] = sm * 1000u + 1u;
+    }
+}
+#define TL_SMID() tl_smid()
 __device__ __forceinline__ void tl_mark(unsigned int tag) {
     if (tl_first()) {
         // The memory clobber keeps every store before the mark before it, so a mark after a
@@ -90,7 +154,7 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define TL_MARK(tag) tl_mark(tag)
 #define GRID_ENTER()                                                                             \
     do {                                                                                         \
-        unsigned int tli_ = tl_arrive();                                                         \
+        float tli_ = tl_arrive();                                                         \
         unsigned long long tl0_ = tl_now();                                                      \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
         tl_record(tl0_, tli_);                                                                   \
@@ -98,7 +162,7 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
     } while (0)
 #define GRID_WAIT()                                                                              \
     do {                                                                                         \
-        unsigned int tli_ = tl_arrive();                                                         \
+        float tli_ = tl_arrive();                                                         \
         unsigned long long tl0_ = tl_now();                                                      \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
         tl_record(tl0_, tli_);                                                                   \
@@ -108,12 +172,20 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define GRID_ENTER() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
 #define GRID_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define GRID_LAUNCH() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define TL_MARK(tag)
 #else
 #define GRID_ENTER()
 #define GRID_WAIT()
 #define GRID_LAUNCH()
+#endif
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(LOCKSTEP_TIMELINE))
+// Outside the timeline build, its marks and stamps are nothing.
 #define TL_MARK(tag)
+#define TL_ENTRY()
+#define TL_LOADED(x)
+#define TL_SMID()
+#define TL_PARAM(x)
+#define TL_PARAM0(x)
+#define TL_MID()
 #endif
 
 // Where residual_norm lets the next kernel launch: after its own loads (default), or at its
@@ -2395,6 +2467,7 @@ __device__ __forceinline__ void attention_decode_body(
     const float* q, const kv_t* kc, const kv_t* vc, const u32* slots, const int* info,
     const u8* mask, float* scores, float* out, size_t base, int n_heads, int n_kv_heads,
     float scale, int window, int hpb, signed char* q8q, Q8Blk* q8d, const RopeFused& rf) {
+    TL_ENTRY();
     const float NEG_INF = __int_as_float(0xff800000);
     constexpr int P = AttDecodeShape<D>::P, THREADS = AttDecodeShape<D>::THREADS;
     constexpr int MAX_G = AttDecodeShape<D>::G;
@@ -2472,6 +2545,7 @@ __device__ __forceinline__ void attention_decode_body(
         own_slot = __ldcg(rf.new_slots + row);
     }
     GRID_WAIT();
+    TL_SMID();
     if constexpr (ROPE) {
         EARLY_LAUNCH();
     } else {
@@ -2752,6 +2826,7 @@ __device__ __forceinline__ void attention_decode_cl_body(
     constexpr int D = S::D, G = S::G, KPB = S::KPB, P = S::P, PART = S::PART, C4 = S::C4;
     constexpr int KG = S::KG, KPT = S::KPT, THREADS = ATT_CL_THREADS;
     const float NEG_INF = __int_as_float(0xff800000);
+    TL_ENTRY();
     AttClSmem<CQ>& sm = att_cl_smem<CQ>();
     float *s_a = sm.s_a, *s_pv = sm.s_pv, *s_q = sm.s_q, *s_acc = sm.s_acc, *s_p = sm.s_p;
     float *s_m = sm.s_m, *s_l = sm.s_l;
@@ -2797,6 +2872,7 @@ __device__ __forceinline__ void attention_decode_cl_body(
         if (jj < nb && s_vis[jj] && j0 + jj < pos) vv[r] = kv_f4(kv_ldcg4(vb + (base + s_slot[jj]) * kv_dim));
     }
     GRID_WAIT();
+    TL_SMID();
     PLAIN_ATT_EARLY_LAUNCH();
     if (scores != nullptr && rank == 0)
         for (int j = tid; j < n_kv; j += THREADS)
@@ -3780,9 +3856,13 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
     // One unit: its weights loaded, then (EARLY, first unit only) the wait, then the dots.
     auto unit = [&](int u, bool wait) {
         FastUnit<TY> w, w2;
+        if (wait) TL_MID();
+        if (wait) TL_PARAM((size_t)row);
         w.load(row, u);
         if constexpr (PAIR) w2.load(row2, u);
+        if (wait) TL_LOADED(w.d);
         if (wait) GRID_WAIT();
+        if (wait) TL_SMID();
         if constexpr (PAIR) {
 #pragma unroll
             for (int i = 0; i < NT; i++) {
@@ -3917,6 +3997,7 @@ __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const 
 // wait to fast_rows, after their first weight loads; the tile builds wait here.
 template <bool ONE>
 __device__ __forceinline__ void fast_enter() {
+    if constexpr (ONE) TL_ENTRY();
     if constexpr (ONE) GRID_LAUNCH();
     else GRID_ENTER();
 }
@@ -3928,6 +4009,7 @@ __device__ __forceinline__ void fast_enter() {
         mmv_##NAME##_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n, \
                           int k, int m) {                                                       \
         fast_enter<ONE>();                                                                      \
+        if (ONE) TL_PARAM0((size_t)W);                                                          \
         mmv_fast_body<TY, false, ONE>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);\
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
@@ -3969,7 +4051,9 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
 #pragma unroll
         for (int j = 0; j < NR; j++)
             if (r0 + j < m) w[j].load(fast_row_ptr<TY>(W, r0 + j, k), u);
+        if (wait) TL_LOADED(w[0].d);
         if (wait) GRID_WAIT();
+        if (wait) TL_SMID();
 #pragma unroll
         for (int j = 0; j < NR; j++)
             if (r0 + j < m) acc[j] = w[j].dot(xq, xd, u, acc[j]);
@@ -3994,6 +4078,7 @@ template <int TY, int TYV>
 __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const u8* W2,
                                               const signed char* xq, const Q8Blk* xd, float* y0,
                                               float* y1, float* y2, int k, int m0, int m1, int m2) {
+    TL_ENTRY();
     GRID_LAUNCH();
     int r = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;
     if (r < m0) fast_rows_nr<TY, 2>(W0, xq, xd, y0, k, m0, r);
@@ -4009,6 +4094,7 @@ __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const 
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_fast2r_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n,   \
                         int k, int m) {                                                         \
+        TL_ENTRY();                                                                             \
         GRID_LAUNCH();                                                                          \
         int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                     \
         if (r0 >= m) return; /* a whole warp leaves together */                                 \
@@ -4194,6 +4280,7 @@ struct FusedFirst {
         if (lane >= k / FastUnit<TY>::E) return;
         w.load(fast_row_ptr<TY>(W, r, k), lane);
         if constexpr (PAIR) w2.load(fast_row_ptr<TY>(W2, r, k), lane);
+        TL_LOADED(w.d);
     }
 };
 
@@ -4204,6 +4291,7 @@ struct FusedFirst {
 // caller, between the two) each warp's first weight units; then NORM_GATE: the grid wait, the
 // norm into the block's shared row, and the barrier after which every warp reads it.
 #define NORM_GATE_SETUP                                                                           \
+    TL_ENTRY();                                                                                   \
     GRID_LAUNCH();                                                                                \
     __shared__ __align__(16) signed char sq[NORM_FUSED_MAX];                                      \
     __shared__ Q8Blk sd[NORM_FUSED_MAX / 32];                                                     \

@@ -316,7 +316,8 @@ impl Recorder {
         let mut b = [0u8; 4];
         stream.memcpy_dtoh(&g, &mut b[..])?;
         stream.synchronize()?;
-        Ok(u32::from_le_bytes(b))
+        // kernels.cu keeps the count as a float (tl_arrive): exact below 2^24.
+        Ok(f32::from_le_bytes(b) as u32)
     }
 
     /// Registers a captured graph's kernel chain; its id.
