@@ -195,6 +195,8 @@ impl StepGraph {
             Some(m) => unsafe { make_programmatic(graph, m) }.map_err(or_destroy)?,
             None => 0,
         };
+        // SAFETY: the valid graph, rewritten, not yet instantiated.
+        unsafe { dot_print(graph) };
         // SAFETY: a valid graph; flags 0.
         let exec =
             match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
@@ -369,6 +371,26 @@ unsafe fn kernel_module(node: sys::CUgraphNode) -> Result<Option<sys::CUmodule>,
     }
     // SAFETY: initialized by the successful call above.
     Ok(Some(unsafe { m.assume_init() }))
+}
+
+/// `LOCKSTEP_CUDA_GRAPH_DOT=PREFIX` (a diagnostic): each step graph, as it will be
+/// instantiated, written by the driver's debug printer (nodes with their launch parameters,
+/// edges with their ports) to `PREFIX.<n>.dot`, n counting the graphs of the process.
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn dot_print(graph: sys::CUgraph) {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Ok(prefix) = std::env::var("LOCKSTEP_CUDA_GRAPH_DOT") else {
+        return;
+    };
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let Ok(path) = std::ffi::CString::new(format!("{prefix}.{n}.dot")) else {
+        return;
+    };
+    // SAFETY: a valid graph (the caller's) and a NUL-terminated path; flag 1 is
+    // CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE. A failure only means no file.
+    let _ = unsafe { sys::cuGraphDebugDotPrint(graph, path.as_ptr(), 1) };
 }
 
 /// Turns the plain edges from a kernel node into a kernel of `ours` into programmatic ones;

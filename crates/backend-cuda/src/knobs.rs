@@ -42,7 +42,8 @@
 //!
 //! Tools, not choices: `PROFILE`, `TIMELINE=FILE` (timeline.rs), `REPLAY_CLOCK=1`
 //! (replay_clock.rs), `CACHE=DIR` (compile.rs), `DEFINES="A B"` (an experiment's NVRTC defines;
-//! `DEFINES=LOCKSTEP_TL_LAST` with `TIMELINE`: each grid's last block stamps, not its first).
+//! `DEFINES=LOCKSTEP_TL_LAST` with `TIMELINE`: each grid's last block stamps, not its first),
+//! `GRAPH_DOT=PREFIX` (graph_exec.rs: each step graph as the driver's debug printer writes it).
 
 use crate::plan;
 
