@@ -60,7 +60,8 @@ __device__ __forceinline__ bool tl_first() {
 // flag set to a word no other use leaves there by chance; tl_record clears it.
 //   slot 0, mark 15: the block's first instruction (TL_ENTRY: the one-row mat-vecs, the
 //           norm-fused kernels, the decode attentions);
-//   slot 1, mark 13: the first weight scale in its register (TL_LOADED);
+//   slot 1, mark 13: the first weight scale in its register (TL_LOADED, the one-row mat-vecs;
+//           not the norm-fused kernels, whose norm marks 10 + i reach 13);
 //   slot 2, mark 11: the first weight row's address ready (TL_PARAM, the one-row mat-vecs);
 //   slot 3, mark 10: the first parameter ready, a few instructions in (TL_PARAM0, mmv_fast1);
 //   slot 4, mark 14: just before the row address's first use (TL_MID, mmv_fast1).
@@ -154,7 +155,7 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 #define TL_MARK(tag) tl_mark(tag)
 #define GRID_ENTER()                                                                             \
     do {                                                                                         \
-        float tli_ = tl_arrive();                                                         \
+        float tli_ = tl_arrive();                                                                \
         unsigned long long tl0_ = tl_now();                                                      \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
         tl_record(tl0_, tli_);                                                                   \
@@ -162,7 +163,7 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
     } while (0)
 #define GRID_WAIT()                                                                              \
     do {                                                                                         \
-        float tli_ = tl_arrive();                                                         \
+        float tli_ = tl_arrive();                                                                \
         unsigned long long tl0_ = tl_now();                                                      \
         asm volatile("griddepcontrol.wait;" ::: "memory");                                       \
         tl_record(tl0_, tli_);                                                                   \
@@ -4280,7 +4281,6 @@ struct FusedFirst {
         if (lane >= k / FastUnit<TY>::E) return;
         w.load(fast_row_ptr<TY>(W, r, k), lane);
         if constexpr (PAIR) w2.load(fast_row_ptr<TY>(W2, r, k), lane);
-        TL_LOADED(w.d);
     }
 };
 
