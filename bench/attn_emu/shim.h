@@ -90,10 +90,9 @@ inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); r
 // The step timeline's marks and stamps: nothing to stamp on the CPU.
 #define TL_MARK(tag)
 #define TL_ENTRY()
-#define TL_LOADED(x)
-#define TL_PARAM(x)
 #define TL_PARAM0(x)
-#define TL_MID()
+#define TL_PARAM_M(x)
+#define TL_PARAM_K(x)
 #define TL_SMID()
 // fminf / fmaxf as the compiler's builtins: std::fmin / std::fmax would call these back (an
 // emulated q8_block's clamp recursed until the stack overflowed, session 44).

@@ -18,9 +18,10 @@ typedef unsigned int u32;
 // to be read. The second instruction lets the next kernel launch once all of this grid's blocks
 // are running. Outside such a graph (eager steps, older GPUs) both do nothing.
 //
-// GRID_WAIT and GRID_LAUNCH are GRID_ENTER's two halves, for the decode mat-vecs, which load their
-// first weights before waiting: weights are written once, at upload, never by a kernel, so
-// reading them early is safe, and the load overlaps the end of the kernel before (see fast_rows).
+// GRID_WAIT and GRID_LAUNCH are GRID_ENTER's two halves: the decode mat-vecs let the next kernel
+// launch at their entry and wait before their first weight load (fast_rows); the norm-fused
+// ones also load their warps' first weight units before the wait (weights are written once, at
+// upload, never by a kernel, so reading them early is safe; see FusedFirst).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(LOCKSTEP_TIMELINE)
 // The step timeline (LOCKSTEP_CUDA_TIMELINE, timeline.rs; never in the default build): the first
 // thread of a grid's first block stamps the global timer before and after its wait, in launch
@@ -34,7 +35,7 @@ __device__ unsigned long long lockstep_timeline[TL_CAP * 2];
 __device__ float lockstep_timeline_n;
 // Marks inside a kernel (TL_MARK(tag), first thread of the first block): the time from the
 // kernel's release to the mark, in ns, at [record * TL_TAGS + tag] (0: not reached). Plain
-// stores: no atomic on the kernel's own path. Tags 10, 11, 13, 14 and 15 count the other way,
+// stores: no atomic on the kernel's own path. Tags 10 and 15 (and 2 and 3 in mmv_fast1) count the other way,
 // from before the release (the stamps, below), and 12 is no time but the block's SM.
 __device__ unsigned int lockstep_marks[TL_CAP * TL_TAGS];
 __device__ __forceinline__ unsigned long long tl_now() {
@@ -60,15 +61,18 @@ __device__ __forceinline__ bool tl_first() {
 // flag set to a word no other use leaves there by chance; tl_record clears it.
 //   slot 0, mark 15: the block's first instruction (TL_ENTRY: the one-row mat-vecs, the
 //           norm-fused kernels, the decode attentions);
-//   slot 1, mark 13: the first weight scale in its register (TL_LOADED, the one-row mat-vecs;
-//           not the norm-fused kernels, whose norm marks 10 + i reach 13);
-//   slot 2, mark 11: the first weight row's address ready (TL_PARAM, the one-row mat-vecs);
-//   slot 3, mark 10: the first parameter ready, a few instructions in (TL_PARAM0, mmv_fast1);
-//   slot 4, mark 14: just before the row address's first use (TL_MID, mmv_fast1).
-#define TL_STAMPS 5
+//   slot 1, mark 10: the first parameter ready, a few instructions in (TL_PARAM0, mmv_fast1);
+//   slot 2, mark 3: the row count m in its register, before the exit test (TL_PARAM_M,
+//           mmv_fast1; mark 3 is no mark of the mat-vecs);
+//   slot 3, mark 2: the row length k in its register, after the exit test (TL_PARAM_K,
+//           mmv_fast1; nor is mark 2).
+// (Session 45's marks 11, 13 and 14, the one-row mat-vecs' first weight row's address, first
+// weights and the code before them, went with those loads before the wait in session 46: a
+// stamp on loaded weights pinned the loads there, an order the default build never ran.)
+#define TL_STAMPS 4
 #define TL_STAMP_SET 0x7e57e17bu
 __device__ __forceinline__ constexpr unsigned int tl_stamp_tag(int sl) {
-    return sl == 0 ? 15u : sl == 1 ? 13u : sl == 2 ? 11u : sl == 3 ? 10u : 14u;
+    return sl == 0 ? 15u : sl == 1 ? 10u : sl == 2 ? 3u : 2u;
 }
 struct TlSelf {
     unsigned int index;
@@ -128,10 +132,9 @@ __device__ __forceinline__ void tl_stamp_after(unsigned int dep, int sl) {
     }
 }
 #define TL_ENTRY() tl_stamp_after(0u, 0)
-#define TL_LOADED(x) tl_stamp_after(__float_as_uint(x), 1)
-#define TL_PARAM(x) tl_stamp_after((unsigned int)(x), 2)
-#define TL_PARAM0(x) tl_stamp_after((unsigned int)(x), 3)
-#define TL_MID() tl_stamp_after(0u, 4)
+#define TL_PARAM0(x) tl_stamp_after((unsigned int)(x), 1)
+#define TL_PARAM_M(x) tl_stamp_after((unsigned int)(x), 2)
+#define TL_PARAM_K(x) tl_stamp_after((unsigned int)(x), 3)
 // Mark 12 (after the grid wait): the SM the stamping block runs on, as smid * 1000 + 1 "ns".
 __device__ __forceinline__ void tl_smid() {
     if (tl_first()) {
@@ -182,11 +185,10 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 // Outside the timeline build, its marks and stamps are nothing.
 #define TL_MARK(tag)
 #define TL_ENTRY()
-#define TL_LOADED(x)
 #define TL_SMID()
-#define TL_PARAM(x)
 #define TL_PARAM0(x)
-#define TL_MID()
+#define TL_PARAM_M(x)
+#define TL_PARAM_K(x)
 #endif
 
 // Where residual_norm lets the next kernel launch: after its own loads (default), or at its
@@ -197,7 +199,10 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 // loads queued behind them: Llama-8B's residual_norm took 4-5 us from its release to its first
 // values (over several blocks). After the loads, those early loads overlap the norm's
 // arithmetic instead. (The norms fused into their consumers keep the launch at entry: moved
-// there too, SmolLM2 lost up to 1.3%.)
+// there too, SmolLM2 lost up to 1.3%.) Session 46 found that the plain mat-vecs' early loads
+// never ran in the default build (ptxas issued their grid wait first; see fast_rows): what the
+// launch point moved there was the next kernel's blocks, not its loads; the timeline that saw
+// the loads was a build whose stamps kept them before the wait.
 #ifdef LOCKSTEP_LAUNCH_AT_ENTRY
 #define NORM_ENTER() GRID_ENTER()
 #define NORM_LAUNCH_AFTER_LOADS()
@@ -208,7 +213,8 @@ __device__ __forceinline__ void tl_mark(unsigned int tag) {
 // The same for quantize_q8_32 (the next kernel launches once its block is written) and the
 // short decode attention (once its scores are formed: every K row, the step's q, k and v,
 // and, heads up to 128 values, every V row are in). Launched at their grid wait, the next
-// mat-vec's early weight loads (fast_rows) compete with those loads; after them, tg128 went
+// mat-vec's blocks (their early weight loads, session 20 thought; session 46: never issued
+// before the wait in the default build) compete with those loads; after them, tg128 went
 // up on the four shapes' full benches (8B +1.6%, Llama-1B +1.3%, Gemma-3 +1.7%, SmolLM2
 // +3.2%; session 20, BENCHMARKS.md; in the alternating rounds one of Gemma-3's two was lower).
 // LOCKSTEP_EARLY_LAUNCH (LOCKSTEP_CUDA_LATE_LAUNCH=0) launches at the wait, for comparisons.
@@ -3825,9 +3831,21 @@ __device__ __forceinline__ const u8* fast_row_ptr(const u8* W, int r, int k) {
 }
 
 // NT activation rows t .. t + NT - 1 against weight row r (and r of W2 with PAIR). With EARLY
-// the kernel has not yet waited for the grid before it (GRID_WAIT): each lane loads its first
-// unit's weights, then waits, then reads activations; the same loads and arithmetic in the same
-// order as without, so the result is bitwise the same. With ACT_OUT (and PAIR) returns, in
+// the kernel (launched early, GRID_LAUNCH at its entry) has not yet waited for the grid before
+// it: it waits here, before its first weight load, then runs every unit of its lane alike.
+// Until session 46 the source loaded each lane's first unit before this wait; ptxas keeps no
+// non-coherent load ahead of a griddepcontrol.wait that follows it and scheduled the wait
+// first, so the default build never ran that order (the timeline build did: its stamps kept the
+// loads in place). Every way of making it run measured slower on the H200 (tg128 alternating:
+// the wait pinned after the loads' return, Gemma-3 -2.8%, Llama-1B -7.4%, the 8B -2.9%; the
+// norm-fused kernels' order, -0.4 / -4.2 / -1.5%; the loads issued before the wait and decoded
+// after it, -1.0 / -4.7 / -1.7%; bench/session46/early_weight_variants.patch): the loads then
+// compete with the kernel before, which is on the step's critical path. (The norm-fused
+// kernels' first units do load before their wait, and gain: loaded after the norm, Gemma-3
+// lost 7.5%.) Written as it runs (the wait, then one loop), the 8B went from 462-465 to 489-492
+// tok/s, Llama-1B -0.9% and Gemma-3 -0.5% (both within a round's spread; a peeled first unit
+// and two units in flight were slower: bench/session46/mmv_peel_pipe.patch; BENCHMARKS.md,
+// session 46). With ACT_OUT (and PAIR) returns, in
 // every lane, the last row's activation (the value written to y3: the butterfly leaves every
 // lane the same sums), else 0. FIRST: the caller loaded the lane's first unit (unit `lane`, when the row has one) into
 // first / first2 before its grid wait and whatever it ran after (a fused kernel's prologue,
@@ -3854,16 +3872,11 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
     for (int i = 0; i < NT; i++) acc[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < (PAIR ? NT : 1); i++) acc2[i] = 0.0f;
-    // One unit: its weights loaded, then (EARLY, first unit only) the wait, then the dots.
-    auto unit = [&](int u, bool wait) {
+    // One unit: its weights loaded, then the dots.
+    auto unit = [&](int u) {
         FastUnit<TY> w, w2;
-        if (wait) TL_MID();
-        if (wait) TL_PARAM((size_t)row);
         w.load(row, u);
         if constexpr (PAIR) w2.load(row2, u);
-        if (wait) TL_LOADED(w.d);
-        if (wait) GRID_WAIT();
-        if (wait) TL_SMID();
         if constexpr (PAIR) {
 #pragma unroll
             for (int i = 0; i < NT; i++) {
@@ -3887,18 +3900,10 @@ __device__ __forceinline__ float fast_rows(const u8* __restrict__ W, const u8* _
         }
         u0 += 32;
     } else if constexpr (EARLY) {
-        // Each thread waits once: after its first unit's weight loads, or at once when it has
-        // no unit (it reads no activations, but the caller may write).
-        if (u0 < units) {
-            unit(u0, true);
-            u0 += 32;
-        } else {
-            GRID_WAIT();
-        }
-        if (acc[0] != acc[0]) TL_MARK(0);  // never: keeps the mark after the first dot
-        TL_MARK(4);
+        GRID_WAIT();
+        TL_SMID();
     }
-    for (int u = u0; u < units; u += 32) unit(u, false);
+    for (int u = u0; u < units; u += 32) unit(u);
     if (acc[0] != acc[0]) TL_MARK(0);
     TL_MARK(5);
     float last = 0.0f;
@@ -3941,7 +3946,9 @@ __device__ __forceinline__ void mmv_fast_body(const u8* __restrict__ W, const u8
                                               float* __restrict__ y2, float* __restrict__ y3, int n,
                                               int k, int m, int act, double cgelu) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (ONE && !PAIR) TL_PARAM_M(m);
     if (r >= m) return;  // a whole warp leaves together: the shuffles stay full-warp
+    if (ONE && !PAIR) TL_PARAM_K(k);
     fast_tiles<TY, PAIR, ONE>(W, W2, xq, xd, y, y2, y3, n, k, m, r, act, cgelu);
 }
 
@@ -3995,7 +4002,7 @@ __device__ __forceinline__ void mmv3_fast_body(const u8* __restrict__ W0, const 
 }
 
 // A fast kernel's entry: the one-row (decode) builds let the next kernel launch and leave the
-// wait to fast_rows, after their first weight loads; the tile builds wait here.
+// wait to fast_rows, before their first weight load; the tile builds wait here.
 template <bool ONE>
 __device__ __forceinline__ void fast_enter() {
     if constexpr (ONE) TL_ENTRY();
@@ -4029,8 +4036,8 @@ __device__ __forceinline__ void fast_enter() {
     }
 // One activation row against NR consecutive weight rows r0 .. r0 + NR - 1 a warp (the rows
 // past m skipped). Each row's arithmetic is fast_rows<TY, 1, false, true>'s: lane l takes units
-// l, l + 32, ... of every row, the first unit's loads (of all NR rows) before the grid wait, the
-// dots in the same order, the same butterfly; so every output is bitwise mmv_fast1's. What
+// l, l + 32, ... of every row, after the grid wait, the dots in the same order, the same
+// butterfly; so every output is bitwise mmv_fast1's. What
 // changes is how much a lane has in flight: a row of fewer than 32 units (the small models'
 // rows of 576 / 640 values: 18 / 20 units) leaves lanes idle, and one unit a lane in flight
 // could not keep up with memory. Two rows a warp: the LM heads' (Q8_0, 49152 x 576 and 262144 x
@@ -4047,21 +4054,19 @@ __device__ __forceinline__ void fast_rows_nr(const u8* __restrict__ W,
     float acc[NR];
 #pragma unroll
     for (int j = 0; j < NR; j++) acc[j] = 0.0f;
-    auto unit = [&](int u, bool wait) {
+    auto unit = [&](int u) {
         FastUnit<TY> w[NR];
 #pragma unroll
         for (int j = 0; j < NR; j++)
             if (r0 + j < m) w[j].load(fast_row_ptr<TY>(W, r0 + j, k), u);
-        if (wait) TL_LOADED(w[0].d);
-        if (wait) GRID_WAIT();
-        if (wait) TL_SMID();
 #pragma unroll
         for (int j = 0; j < NR; j++)
             if (r0 + j < m) acc[j] = w[j].dot(xq, xd, u, acc[j]);
     };
-    if (lane < units) unit(lane, true);
-    else GRID_WAIT();
-    for (int u = lane + 32; u < units; u += 32) unit(u, false);
+    // The wait before the first weight load (see fast_rows).
+    GRID_WAIT();
+    TL_SMID();
+    for (int u = lane; u < units; u += 32) unit(u);
 #pragma unroll
     for (int j = 0; j < NR; j++) {
         float v = warp_sum_fixed(acc[j]);
