@@ -35,8 +35,8 @@ __device__ unsigned long long lockstep_timeline[TL_CAP * 2];
 __device__ float lockstep_timeline_n;
 // Marks inside a kernel (TL_MARK(tag), first thread of the first block): the time from the
 // kernel's release to the mark, in ns, at [record * TL_TAGS + tag] (0: not reached). Plain
-// stores: no atomic on the kernel's own path. Tags 10 and 15 (and 2 and 3 in mmv_fast1) count the other way,
-// from before the release (the stamps, below), and 12 is no time but the block's SM.
+// stores: no atomic on the kernel's own path. Tags 10 and 15 (and 2 and 3 in mmv_fast1) count
+// the other way, from before the release (the stamps, below), and 12 is no time but the SM.
 __device__ unsigned int lockstep_marks[TL_CAP * TL_TAGS];
 __device__ __forceinline__ unsigned long long tl_now() {
     unsigned long long t;

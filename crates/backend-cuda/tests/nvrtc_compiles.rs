@@ -223,10 +223,21 @@ fn no_load_moves_above_a_grid_wait() {
     ] {
         assert!(ptx[k].waits && ptx[k].loads == 0, "{k}: {:?}", ptx[k]);
     }
-    // ptxas keeps loads before the norm-fused kernels' waits (their first weight units: loaded
-    // after the norm instead, Gemma-3's tg128 fell 7.5%, session 46).
-    for k in ["norm_mmv3_fast1_12", "norm_gate_up_fast1_6"] {
-        assert!(sass[k].waits && sass[k].loads > 0, "{k}: {:?}", sass[k]);
+    // ptxas keeps the norm-fused kernels' first weight units before their waits (loaded after
+    // the norm instead, Gemma-3's tg128 fell 7.5%, session 46). Its vector loads merge a few of
+    // the PTX's, so the counts differ by some; with the units sunk below the wait only the
+    // norm weights' loads stay (4 of 14 in norm_gate_up_fast1_6), under half.
+    for (k, p) in ptx
+        .iter()
+        .filter(|(k, _)| k.starts_with("norm_") && k.contains("fast1"))
+    {
+        let s = &sass[k.as_str()];
+        assert!(
+            p.loads > 0 && 2 * s.loads > p.loads,
+            "{k}: {} loads before the wait in the PTX, {} in the SASS",
+            p.loads,
+            s.loads
+        );
     }
     let bad = audit::hoisted_over_wait(&ptx, &sass);
     assert!(
