@@ -4418,6 +4418,105 @@ MIXED_QKV_FOR(NORM_MMV3_MIXED)
         mmv3_two_rows<TY, TYV>(W0, W1, W2, xq, xd, y0, y1, y2, k, m0, m1, m2);                    \
     }
 MIXED_QKV_FOR(MMV3_MIXED_2R)
+
+// THE NORM INSIDE ITS CONSUMER, LONG ROWS (plan::norm_fuses_long: one activation row of more
+// than NORM_FUSED_MAX values, at most NORM_LONG_MAX: Llama-3.2-1B's 2048, Llama-3.1-8B's 4096).
+// Session 12 fused these rows into blocks of 512 / 1024 threads of 32 rows each, every block
+// re-running the norm: several prologues an SM, during which no weight moves (the 8B lost 28%).
+// Here the grid is at most one block of 1024 threads an SM (plan::norm_long_grid): each block
+// runs the norm once (norm_row_shared, bitwise residual_norm's block of plan::norm_threads(g)
+// threads: the same values, block 0 writing residual_norm's outputs), then its warps take rows
+// grid-stride, warp w of block b first row 32 b + w, each row fast_rows' one-row sums (bitwise
+// the one-row mat-vecs'). Before the grid wait each warp asks its first LOCKSTEP_LONG_PF_ROWS
+// rows into L2 (a prefetch holds no register, unlike FusedFirst's units, which would spill 64
+// registers a thread), so DRAM streams the consumer's weights while the block runs the norm.
+// On the H200 (BENCHMARKS.md, session 47; tg128 against residual_norm then the consumer) the 8B
+// +3.1%, Llama-1B +10.6%; a prefetch of no rows or of two lost part of it; rows dealt
+// warp-major (warp w of block b first row w * gridDim.x + b, every SM busy to the end) cost the
+// 8B 1.2% of block-major's (a block's 32 rows are contiguous).
+// ============================================================================================
+#define NORM_LONG_MAX 4096
+#ifndef LOCKSTEP_LONG_PF_ROWS
+#define LOCKSTEP_LONG_PF_ROWS 1
+#endif
+
+// Row r of W (k values of type TY) asked into L2, a 128-byte line a lane.
+template <int TY>
+__device__ __forceinline__ void long_row_prefetch(const u8* W, int r, int k) {
+    size_t bytes = (size_t)(k / block_elems(TY)) * block_bytes(TY);
+    const u8* row = W + (size_t)r * bytes;
+    for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < bytes; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+}
+
+#define NORM_LONG_SETUP                                                                            \
+    TL_ENTRY();                                                                                    \
+    GRID_LAUNCH();                                                                                 \
+    __shared__ __align__(16) signed char sq[NORM_LONG_MAX];                                        \
+    __shared__ Q8Blk sd[NORM_LONG_MAX / 32];                                                       \
+    NormFusedWeights nwv = norm_fused_weights(pw, nw, g, nt);                                      \
+    int stride_ = gridDim.x * (blockDim.x >> 5);                                                   \
+    int r0_ = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+
+// q, k and v (rows m0, m1, m2 in that order; q and k of type TY, v of TYV) after the norm, a
+// row a warp (two rows a warp, as mmv3_fast2r takes them, spill at 64 registers a thread).
+template <int TY, int TYV>
+__device__ __forceinline__ void norm_long_mmv3_rows(const signed char* sq, const Q8Blk* sd,
+                                                    const u8* W0, const u8* W1, const u8* W2,
+                                                    float* y0, float* y1, float* y2, int g,
+                                                    int m0, int m1, int m2, int r0, int stride,
+                                                    bool prefetch) {
+    for (int r = r0, i = 0; r < m0 + m1 + m2; r += stride, i++) {
+        if (prefetch) {
+            if (i == LOCKSTEP_LONG_PF_ROWS) return;
+            if (r < m0) long_row_prefetch<TY>(W0, r, g);
+            else if (r < m0 + m1) long_row_prefetch<TY>(W1, r - m0, g);
+            else long_row_prefetch<TYV>(W2, r - m0 - m1, g);
+        } else if (r < m0) {
+            fast_rows<TY, 1, false>(W0, nullptr, sq, sd, y0, nullptr, nullptr, 0, g, m0, r, 0, 0.0);
+        } else if (r < m0 + m1) {
+            fast_rows<TY, 1, false>(W1, nullptr, sq, sd, y1, nullptr, nullptr, 0, g, m1, r - m0, 0,
+                                    0.0);
+        } else {
+            fast_rows<TYV, 1, false>(W2, nullptr, sq, sd, y2, nullptr, nullptr, 0, g, m2,
+                                     r - m0 - m1, 0, 0.0);
+        }
+    }
+}
+
+#define NORM_LONG_MMV3(NAME, TY, TYV)                                                              \
+    extern "C" __global__ void __launch_bounds__(1024) NAME(NORM_MMV3_ARGS) {                      \
+        NORM_LONG_SETUP                                                                            \
+        norm_long_mmv3_rows<TY, TYV>(sq, sd, W0, W1, W2, y0, y1, y2, g, m0, m1, m2, r0_, stride_,  \
+                                     true);                                                        \
+        NORM_GATE                                                                                  \
+        norm_long_mmv3_rows<TY, TYV>(sq, sd, W0, W1, W2, y0, y1, y2, g, m0, m1, m2, r0_, stride_,  \
+                                     false);                                                       \
+    }
+#define NORM_LONG(TY)                                                                              \
+    NORM_LONG_MMV3(norm_long_mmv3_##TY, TY, TY)                                                    \
+    extern "C" __global__ void __launch_bounds__(1024) norm_long_gate_up_##TY(                     \
+        NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m,          \
+        int act, double c) {                                                                       \
+        NORM_LONG_SETUP                                                                            \
+        for (int r = r0_, i = 0; r < m && i < LOCKSTEP_LONG_PF_ROWS; r += stride_, i++) {          \
+            long_row_prefetch<TY>(Wg, r, g);                                                       \
+            long_row_prefetch<TY>(Wu, r, g);                                                       \
+        }                                                                                          \
+        NORM_GATE                                                                                  \
+        for (int r = r0_; r < m; r += stride_)                                                     \
+            fast_rows<TY, 1, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m, r, act, c);                \
+    }
+NORM_LONG(2)
+NORM_LONG(3)
+NORM_LONG(6)
+NORM_LONG(7)
+NORM_LONG(8)
+NORM_LONG(12)
+NORM_LONG(13)
+NORM_LONG(14)
+#define NORM_LONG_MIXED(TY, TYV) NORM_LONG_MMV3(norm_long_mmv3_##TY##_##TYV, TY, TYV)
+MIXED_QKV_FOR(NORM_LONG_MIXED)
 NORM_FUSED_Q8(2)
 NORM_FUSED_Q8(3)
 NORM_FUSED_Q8(6)

@@ -340,6 +340,15 @@ pub(crate) fn norm_fuse_knob() -> bool {
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_FUSE").map_or(true, |v| v != "0"))
 }
 
+/// Whether one-row `residual_norm_then` of rows longer than `plan::NORM_FUSED_MAX`
+/// (`plan::norm_fuses_long`) runs its norm inside the consumer's kernel (`norm_long_*`);
+/// `LOCKSTEP_CUDA_NORM_LONG=0` runs `residual_norm` then the consumer (the same values
+/// bitwise), for comparison. Read once.
+pub(crate) fn norm_long_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_LONG").map_or(true, |v| v != "0"))
+}
+
 /// Tuning knobs of the attention kernels, read once: `LOCKSTEP_CUDA_ATTN=row` (or `tile`) runs
 /// the one block per (row, head) kernel (or the tiled ones) for every step instead of
 /// [`plan::use_row_attention`]'s choice (for comparison: both compute the same values

@@ -326,6 +326,11 @@ struct Kernels {
     mixed_mm3_2r: Vec<((i32, i32), CudaFunction)>,
     norm_gu: Vec<(i32, CudaFunction)>,
     norm_gu_q8: Vec<(i32, CudaFunction)>,
+    /// The same for rows longer than `plan::NORM_FUSED_MAX` (`plan::norm_fuses_long`): q/k/v
+    /// by type, of two types by pair, gate/up by type.
+    norm_long_mm3: Vec<(i32, CudaFunction)>,
+    mixed_long_mm3: Vec<((i32, i32), CudaFunction)>,
+    norm_long_gu: Vec<(i32, CudaFunction)>,
     quantize_q8: CudaFunction,
     q8_values: CudaFunction,
     /// The logits reduction (`LogitsOut::Top`): per-chunk candidates, then their merge.
@@ -959,16 +964,20 @@ impl CudaBackend {
         let mut norm_mm3 = Vec::new();
         let mut mixed_mm3 = Vec::new();
         let mut mixed_mm3_2r = Vec::new();
+        let mut mixed_long_mm3 = Vec::new();
         for &(qk, v) in plan::MIXED_QKV {
             let (a, b) = (qk.id(), v.id());
             mixed_mm3.push((
                 (a as i32, b as i32),
                 f(&format!("norm_mmv3_fast1_{a}_{b}"))?,
             ));
+            mixed_long_mm3.push(((a as i32, b as i32), f(&format!("norm_long_mmv3_{a}_{b}"))?));
             mixed_mm3_2r.push(((a as i32, b as i32), f(&format!("mmv3_fast2r_{a}_{b}"))?));
         }
         let mut norm_gu = Vec::new();
         let mut norm_gu_q8 = Vec::new();
+        let mut norm_long_mm3 = Vec::new();
+        let mut norm_long_gu = Vec::new();
         for &ty in plan::FAST {
             let id = ty.id();
             let pair = |op: &str| -> Result<FastPair, BackendError> {
@@ -989,6 +998,8 @@ impl CudaBackend {
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
             norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
             norm_gu.push((id as i32, f(&format!("norm_gate_up_fast1_{id}"))?));
+            norm_long_mm3.push((id as i32, f(&format!("norm_long_mmv3_{id}"))?));
+            norm_long_gu.push((id as i32, f(&format!("norm_long_gate_up_{id}"))?));
             if plan::norm_gate_up_quantizes(id as i32) {
                 norm_gu_q8.push((id as i32, f(&format!("norm_gate_up_q8_fast1_{id}"))?));
             }
@@ -1066,6 +1077,9 @@ impl CudaBackend {
             mixed_mm3_2r,
             norm_gu,
             norm_gu_q8,
+            norm_long_mm3,
+            mixed_long_mm3,
+            norm_long_gu,
             quantize_q8: f("quantize_q8_32")?,
             q8_values: f("q8_values")?,
             logits_top_part: f("logits_top_part")?,
@@ -3860,9 +3874,25 @@ impl Backend for CudaBackend {
                 fast(gate) && up.desc == gate.desc && up.rows == gate.rows && up.cols == g
             }
         };
+        // Rows longer than the fused blocks take (`plan::norm_fuses_long`): at most one block of
+        // 1024 threads an SM, the norm once a block, rows grid-stride.
+        let long = !plan::norm_fuses(n, g) && plan::norm_fuses_long(n, g) && norm_long_knob();
+        let long_kernel = match then {
+            NormThen::Qkv { wq, wv, .. } if wv.desc == wq.desc => {
+                find_kernel(&self.k.norm_long_mm3, wq.desc.id)
+            }
+            NormThen::Qkv { wq, wv, .. } => mixed_pair(&self.k.mixed_long_mm3, wq, wv),
+            NormThen::GateUp { gate, .. } => find_kernel(&self.k.norm_long_gu, gate.desc.id),
+        };
+        let long_ok = long
+            && long_kernel.is_some()
+            && match then {
+                NormThen::Qkv { wv, .. } => fast(wv),
+                NormThen::GateUp { .. } => true,
+            };
         if self.numerics != Numerics::Fast
             || !norm_fuse_knob()
-            || !plan::norm_fuses(n, g)
+            || !(plan::norm_fuses(n, g) || long_ok)
             || b.rows != n
             || b.cols != g
             || !post.is_none_or(row)
@@ -3904,20 +3934,30 @@ impl Backend for CudaBackend {
             };
         }
         // Both launches: a, b and the norm outputs are one row of g values (g a multiple of
-        // 32, at most NORM_FUSED_MAX: `plan::norm_fuses`), the norm weights g values
-        // (checked); the quantized buffer has room for q8_bytes(1, g); the block has at least
-        // norm_threads(g) threads; the consumer's weights are rows of g encoded values
-        // (checked) and its outputs have their row counts. Blocks of `plan::norm_fused_block`
-        // threads for the consumer's rows (one a warp).
+        // 32, at most NORM_FUSED_MAX: `plan::norm_fuses`, or NORM_LONG_MAX with the long
+        // kernels: `plan::norm_fuses_long`), the norm weights g values (checked); the
+        // quantized buffer has room for q8_bytes(1, g); the block has at least norm_threads(g)
+        // threads; the consumer's weights are rows of g encoded values (checked) and its
+        // outputs have their row counts. Blocks of `plan::norm_fused_block` threads for the
+        // consumer's rows (one a warp), or the long kernels' grid (`plan::norm_long_grid`).
         let block = |rows: usize| {
+            if long_ok {
+                return (
+                    plan::NORM_LONG_THREADS,
+                    plan::norm_long_grid(rows, self.k.n_sms),
+                );
+            }
             let threads = plan::norm_fused_block(g, rows, self.k.n_sms);
             (threads, rows.div_ceil((threads / 32) as usize) as u32)
         };
         let outs = match then {
             NormThen::Qkv { wq, wk, wv } => {
-                let mixed = (fast(wv) && wv.desc != wq.desc)
-                    .then(|| self.mixed_qkv(wq, wv))
-                    .flatten();
+                let mixed = match long_kernel.filter(|_| long_ok) {
+                    Some(f) => Some(f),
+                    None => (fast(wv) && wv.desc != wq.desc)
+                        .then(|| self.mixed_qkv(wq, wv))
+                        .flatten(),
+                };
                 let f = match mixed {
                     Some(f) => f,
                     None => {
@@ -3986,7 +4026,8 @@ impl Backend for CudaBackend {
                 // after a single norm: `plan::norm_fused_gate_up_quantizes`) only when
                 // `LOCKSTEP_CUDA_NORM_GATE_UP_Q8=1` asks: on the H200 the 8-row blocks and the
                 // separate quantizer are faster (`norm_gate_up_q8_knob`).
-                let quantizes = gate_up_q8_knob()
+                let quantizes = !long_ok
+                    && gate_up_q8_knob()
                     && norm_gate_up_q8_knob()
                     && plan::norm_fused_gate_up_quantizes(
                         m,
@@ -3994,7 +4035,9 @@ impl Backend for CudaBackend {
                         gate.desc.id,
                         post.is_some(),
                     );
-                let list = if quantizes {
+                let list = if long_ok {
+                    &self.k.norm_long_gu
+                } else if quantizes {
                     &self.k.norm_gu_q8
                 } else {
                     &self.k.norm_gu
@@ -5031,6 +5074,11 @@ fn cluster_kernel(f: Option<CudaFunction>) -> Option<CudaFunction> {
 
 /// The kernel of a two-type q/k/v table (`plan::MIXED_QKV`) for q and k of `wqk`'s type and v of
 /// `wv`'s, where the table has the pair.
+/// The kernel of weight type `id` in a per-type table.
+fn find_kernel(table: &[(i32, CudaFunction)], id: i32) -> Option<&CudaFunction> {
+    table.iter().find(|(t, _)| *t == id).map(|(_, f)| f)
+}
+
 fn mixed_pair<'a>(
     table: &'a [((i32, i32), CudaFunction)],
     wqk: &CudaWeight,

@@ -297,6 +297,30 @@ pub fn norm_fuses(n: usize, g: usize) -> bool {
     n == 1 && g >= 32 && g.is_multiple_of(32) && g <= NORM_FUSED_MAX
 }
 
+/// The longest row the long norm-fused kernels take (kernels.cu `NORM_LONG_MAX`: their
+/// shared-memory quantization, four values a norm thread of at most 1024).
+pub const NORM_LONG_MAX: usize = 4096;
+
+/// Threads of a long norm-fused block (kernels.cu `norm_long_*`, their launch bounds).
+pub const NORM_LONG_THREADS: u32 = 1024;
+
+/// Whether `residual_norm_then` runs the norm inside its consumer for rows longer than
+/// [`NORM_FUSED_MAX`] (`norm_long_mmv3_*`, `norm_long_gate_up_*`): one activation row of `g`
+/// values, whole 32-value blocks, at most [`NORM_LONG_MAX`]. Session 12's fusion of such rows
+/// ran the norm in every block of 32 rows, several an SM one after another, and lost (above);
+/// these run it once a block, at most a block an SM ([`norm_long_grid`]), with the first rows'
+/// weights asked into L2 meanwhile.
+pub fn norm_fuses_long(n: usize, g: usize) -> bool {
+    n == 1 && g > NORM_FUSED_MAX && g.is_multiple_of(32) && g <= NORM_LONG_MAX
+}
+
+/// Blocks of a long norm-fused launch of `rows` weight rows (a warp a row, rows grid-stride)
+/// on `n_sms` SMs: one an SM, fewer when the rows fill fewer.
+pub fn norm_long_grid(rows: usize, n_sms: usize) -> u32 {
+    let per_block = (NORM_LONG_THREADS / 32) as usize;
+    rows.div_ceil(per_block).clamp(1, n_sms.max(1)) as u32
+}
+
 /// Whether a norm-fused gate/up of weight type `id` may take `gate_up_q8`'s 32-row blocks
 /// (that also quantize the activation): the 32-value block types, whose first weight units
 /// (loaded before the grid wait, both weights) fit a 1024-thread block's registers; the
@@ -1693,6 +1717,21 @@ mod tests {
         // four values a thread at most) and at most 256 (norm_fused_block may double it).
         assert!(norm_fuses(1, 576) && norm_fuses(1, 640) && norm_fuses(1, 1024));
         assert!(!norm_fuses(2, 576) && !norm_fuses(1, 2048) && !norm_fuses(1, 100));
+        // Longer rows take the long kernels, up to 4096 values, one row, whole 32-value blocks.
+        assert!(norm_fuses_long(1, 2048) && norm_fuses_long(1, 4096) && norm_fuses_long(1, 1056));
+        assert!(
+            !norm_fuses_long(1, 1024) && !norm_fuses_long(1, 8192) && !norm_fuses_long(2, 4096)
+        );
+        assert!(!norm_fuses_long(1, 2050));
+        // Every such row's norm fits the fused weights' four values a thread.
+        for g in (1056..=NORM_LONG_MAX).step_by(32) {
+            assert!(g <= 4 * norm_threads(g) as usize && norm_threads(g) <= NORM_LONG_THREADS);
+        }
+        // A block an SM at most; fewer when the rows fill fewer (32 a block).
+        assert_eq!(norm_long_grid(14336, 132), 132);
+        assert_eq!(norm_long_grid(6144, 132), 132);
+        assert_eq!(norm_long_grid(64, 132), 2);
+        assert_eq!(norm_long_grid(0, 132), 1);
         for g in (32..=NORM_FUSED_MAX).step_by(32) {
             let t = norm_fused_threads(g);
             assert!(

@@ -70,6 +70,9 @@ fn kernels_compile_for_sm90() {
         } else if name.starts_with("gate_up_q8_fast1_") || name.starts_with("norm_gate_up_q8") {
             // One warp per row of a 32-row output block (plan::GATE_UP_Q8_THREADS).
             1024
+        } else if name.starts_with("norm_long_") {
+            // The long norm-fused kernels: plan::NORM_LONG_THREADS.
+            plan::NORM_LONG_THREADS
         } else if name.starts_with("norm_") {
             // The norm fused into its consumer: plan::norm_fused_block, at most
             // plan::NORM_FUSED_BLOCK_MAX (the kernels' launch bounds).

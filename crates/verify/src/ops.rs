@@ -1944,12 +1944,16 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         // v of another type in the same launch, plan::qkv_mixed_one_launch).
         h.qkv_case(tys, 1, 256, [2048, 512, 513]);
     }
-    // The norm inside its consumer (cuda: one row of at most 1024 values): SmolLM2's row, v of
+    // The norm inside its consumer (cuda: one row, up to 1024 values in the fused blocks, up to
+    // 4096 in the long kernels): SmolLM2's row, v of
     // another type (Q4_K_M; cuda: the two-type kernels of plan::MIXED_QKV, Gemma-3's Q5_0 / Q8_0
     // with its post norm, Q5_K_M's), the longest fused row with a post norm, Gemma-3's feed-forward
     // (after two norms: cuda's 8-row blocks and the separate quantizer), SmolLM2's (one wave
     // of 32-row blocks: the activation quantized in the same launch), a feed-forward too large
-    // for that, a K-quant one; then Llama's rows and three rows (the separate ops on cuda).
+    // for that, a K-quant one; then Llama's rows (cuda: the long kernels, a block an SM), among
+    // them more rows than the grid has warps (each warp then takes several, grid-stride), a row
+    // of 3072 after a post norm (its norm three values a thread), and three rows (the separate
+    // ops on cuda).
     let q41 = GgmlType::Q4_1;
     for (ty, v_ty, n, g, m, post) in [
         (q41, Some(q41), 1usize, 576usize, 64usize, false),
@@ -1963,6 +1967,9 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (GgmlType::Q6K, None, 1, 768, 64, false),
         (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 4096, 64, false),
         (GgmlType::Q4K, None, 1, 2048, 64, false),
+        (GgmlType::Q4K, Some(GgmlType::Q6K), 1, 4096, 4096, false),
+        (GgmlType::Q4K, None, 1, 2048, 8448, false),
+        (GgmlType::Q8_0, Some(GgmlType::Q8_0), 1, 3072, 256, true),
         (GgmlType::Q4_0, Some(GgmlType::Q4_0), 3, 256, 64, false),
     ] {
         h.norm_then_case(ty, v_ty, n, g, m, post);
