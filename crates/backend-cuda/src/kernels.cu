@@ -4201,7 +4201,8 @@ GATE_UP_Q8(14)
 // Block 0 also writes every output residual_norm writes (bn, sum, out and the global
 // quantization), from the very registers it quantized: the taps are what every block consumed.
 // The host runs rows of at most NORM_FUSED_MAX values here (4 a thread at most): every block
-// reads the whole row, which pays for SmolLM2's and Gemma-3's rows, not for Llama's.
+// reads the whole row, which pays for SmolLM2's and Gemma-3's rows, not for Llama's (those take
+// the long kernels below, a block an SM).
 // ============================================================================================
 #define NORM_FUSED_MAX 1024
 // The most threads of a fused block but gate_up_q8's 32-row blocks (plan::norm_fused_block,
@@ -4406,8 +4407,8 @@ NORM_FUSED(14)
         NORM_MMV3_CALL(TY, TYV)                                                                   \
     }
 MIXED_QKV_FOR(NORM_MMV3_MIXED)
-// The same pairs for a decode q/k/v whose norm runs on its own (rows longer than
-// NORM_FUSED_MAX: Llama's): mmv3_fast2r_<TY>'s rows, the v rows of TYV two a warp as well
+// The same pairs for a decode q/k/v whose norm runs on its own (layer 0's, after rms_norm;
+// rows longer than NORM_LONG_MAX; LOCKSTEP_CUDA_NORM_LONG=0): mmv3_fast2r_<TY>'s rows, the v rows of TYV two a warp as well
 // (fast_rows_nr<TYV, 2>, bitwise mmv_fast1_<TYV>'s, as every two-row warp is), so such a layer's
 // v is not a launch of its own on the step's chain (plan::qkv_mixed_one_launch).
 #define MMV3_MIXED_2R(TY, TYV)                                                                    \
