@@ -3,7 +3,7 @@
 # kernels back and more) and its norm weights asked into L2 before its grid wait
 # (LOCKSTEP_CUDA_DEFINES=LOCKSTEP_RN_PREFETCH) against the default: the timeline's marks of the
 # 8B's residual_norm (1: loads in, 2: reduced, 9: done), tokens, tg128 alternating on the 8B
-# and Llama-1B.
+# and Llama-1B. Not kept: the switch is in bench/session47/variants.patch (1).
 set -u
 B=./.device/lockstep
 O=/tmp/s47c; mkdir -p $O

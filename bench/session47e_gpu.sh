@@ -3,7 +3,8 @@
 # first takes row w * gridDim.x + b: fewer rows than warps still spread over every SM) against
 # block-major (LOCKSTEP_LONG_BLOCK_MAJOR, call 4's) and against residual_norm then the consumer
 # (LOCKSTEP_CUDA_NORM_LONG=0): check --ops, check (default and --deterministic) on the cut 8B,
-# tokens, tg128 alternating on the 8B and Llama-1B.
+# tokens, tg128 alternating on the 8B and Llama-1B. Block-major was kept (the final source
+# has no switch); the warp-major line is in bench/session47/variants.patch (2).
 set -u
 B=./.device/lockstep
 O=/tmp/s47e; mkdir -p $O
