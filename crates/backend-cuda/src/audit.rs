@@ -24,12 +24,15 @@
 use std::collections::{BTreeMap, HashMap};
 
 /// A kernel's global loads and stores (with reductions and atomics) that can run before a
-/// grid wait, and whether it waits at all.
+/// grid wait, and whether it waits at all; also its L2 prefetches there (no race: a prefetch
+/// returns nothing to the program, so the audit only counts them, for the kernels that ask
+/// for their weights early that way).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PreWait {
     pub loads: usize,
     pub stores: usize,
     pub waits: bool,
+    pub prefetches: usize,
 }
 
 /// One instruction, as far as the audit cares.
@@ -39,6 +42,7 @@ enum Ins {
     Wait,
     Load,
     Store,
+    Prefetch,
     /// To a label; `cond`: predicated, so execution may also fall through.
     Branch {
         target: String,
@@ -63,7 +67,7 @@ fn pre_wait(code: &[Ins]) -> PreWait {
         .collect();
     let mut seen = vec![false; code.len()];
     let mut work = vec![0usize];
-    let (mut loads, mut stores) = (0, 0);
+    let (mut loads, mut stores, mut prefetches) = (0, 0, 0);
     while let Some(mut i) = work.pop() {
         while i < code.len() && !seen[i] {
             seen[i] = true;
@@ -71,6 +75,7 @@ fn pre_wait(code: &[Ins]) -> PreWait {
                 Ins::Wait | Ins::End => break,
                 Ins::Load => loads += 1,
                 Ins::Store => stores += 1,
+                Ins::Prefetch => prefetches += 1,
                 Ins::Branch { target, cond } => {
                     // A label outside the text (a cut excerpt) ends that path.
                     if let Some(&t) = labels.get(target.as_str()) {
@@ -89,6 +94,7 @@ fn pre_wait(code: &[Ins]) -> PreWait {
         loads,
         stores,
         waits: code.contains(&Ins::Wait),
+        prefetches,
     }
 }
 
@@ -153,6 +159,8 @@ pub fn ptx_pre_wait(ptx: &str) -> BTreeMap<String, PreWait> {
             Ins::Branch { target, cond }
         } else if (op == "ret" || op == "exit") && !cond {
             Ins::End
+        } else if op.starts_with("prefetch.") {
+            Ins::Prefetch
         } else if ptx_reads_memory(op) {
             Ins::Load
         } else if ptx_writes_memory(op) {
@@ -232,6 +240,8 @@ pub fn sass_pre_wait(sass: &str) -> BTreeMap<String, PreWait> {
             "ACQBULK" if !cond => Ins::Wait,
             "LDG" | "LD" | "LDGSTS" => Ins::Load,
             "STG" | "ST" | "REDG" | "RED" | "ATOMG" | "ATOM" => Ins::Store,
+            // `prefetch.global.L2` is `CCTL.E.PF2`.
+            "CCTL" if op.contains(".PF") => Ins::Prefetch,
             "BRA" => {
                 // BRA `(.L_x_7912) ;
                 let target = body
@@ -294,6 +304,7 @@ mod tests {
             loads,
             stores,
             waits,
+            prefetches: 0,
         }
     }
 
@@ -345,6 +356,32 @@ mod tests {
             hoisted_over_wait(&ptx_pre_wait(ptx), &s),
             ["c: 2 loads before the grid wait in the SASS, 1 in the PTX".to_string()]
         );
+    }
+
+    #[test]
+    fn counts_l2_prefetches_apart_from_loads() {
+        // The long norm-fused kernels ask their first rows into L2 before the wait: counted,
+        // not loads (nothing comes back to race with the kernel before); one sunk below the
+        // wait is not counted.
+        let ptx = ".visible .entry p(\n)\n{\n\t@%p1 prefetch.global.L2 [%rd1];\n\tld.global.nc.f32 %f1, [%rd2];\n\tgriddepcontrol.wait;\n\tprefetch.global.L2 [%rd3];\n}\n";
+        let p = ptx_pre_wait(ptx);
+        assert_eq!(
+            p["p"],
+            PreWait {
+                prefetches: 1,
+                ..pw(1, 0, true)
+            }
+        );
+        let sass = "p:\n        /*0000*/   @P5 CCTL.E.PF2 [R20] ;\n        /*0010*/   CCTL.E.PF2 [R28+0x1000] ;\n        /*0020*/   LDG.E.CONSTANT R2, desc[UR4][R2.64] ;\n        /*0030*/   ACQBULK ;\n        /*0040*/   CCTL.E.PF2 [R4] ;\n        /*0050*/   CCTL.IVALL ;\n";
+        let s = sass_pre_wait(sass);
+        assert_eq!(
+            s["p"],
+            PreWait {
+                prefetches: 2,
+                ..pw(1, 0, true)
+            }
+        );
+        assert!(hoisted_over_wait(&p, &s).is_empty());
     }
 
     #[test]

@@ -242,6 +242,19 @@ fn no_load_moves_above_a_grid_wait() {
             s.loads
         );
     }
+    // The long norm-fused kernels' L2 prefetches of their first rows stay before the wait
+    // (their point: DRAM streams the weights while the block runs the norm, session 47).
+    let long: Vec<_> = ptx.keys().filter(|k| k.starts_with("norm_long_")).collect();
+    assert!(long.len() >= 16, "{long:?}");
+    for k in long {
+        let (p, s) = (&ptx[k.as_str()], &sass[k.as_str()]);
+        assert!(
+            p.waits && p.prefetches > 0 && s.prefetches > 0,
+            "{k}: {} prefetches before the wait in the PTX, {} in the SASS",
+            p.prefetches,
+            s.prefetches
+        );
+    }
     let bad = audit::hoisted_over_wait(&ptx, &sass);
     assert!(
         bad.is_empty(),
