@@ -116,6 +116,87 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     return fails;
 }
 
+// The long norm-fused kernels' rows after their norm (kernels.cu norm_long_mmv3_rows,
+// norm_long_gate_up_rows: rows grid-stride over a grid's warps, a row a warp) against a warp a
+// row (mmv_fast1's, gate_up_fast1's): every row of every weight written, once, bitwise. Rows of
+// 2048 values; odd row counts, so warps cross from one weight to the next between passes; a
+// grid of 3 blocks of 4 warps (the kernels' rows depend on the grid only through the first row
+// and the stride). One output one bit off (perturb) must show.
+static void report_long(const char* what, const char* name, const std::vector<float>& ref,
+                        std::vector<float> got, bool perturb, int& fails) {
+    size_t n = ref.size();
+    if (perturb) {
+        unsigned u; std::memcpy(&u, &got[n / 2], 4); u ^= 1; std::memcpy(&got[n / 2], &u, 4);
+    }
+    int bad = 0, zero = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += std::memcmp(&ref[i], &got[i], 4) != 0 || !std::isfinite(got[i]);
+        zero += ref[i] == 0.0f;
+    }
+    bad += zero == (int)n ? (int)n : 0;
+    printf("long %-8s %-9s: %s (%d differ)\n", what, name, bad ? "rows MISMATCH" : "rows bitwise", bad);
+    fails += bad != 0;
+}
+
+template <int TY, int TYV>
+static int run_long(const char* name, std::mt19937& rng, bool perturb) {
+    const int k = 2048, G = 3, WARPS = 4;
+    int fails = 0;
+    int m[3] = {41, 9, 7};
+    auto w0 = weights<TY>(rng, k, m[0]);
+    auto w1 = weights<TY>(rng, k, m[1]);
+    auto w2 = weights<TYV>(rng, k, m[2]);
+    std::vector<signed char> xq;
+    std::vector<Q8Blk> xd;
+    activation(rng, k, xq, xd);
+    // A warp a row, each weight on its own (mmv_fast1's rows).
+    std::vector<float> ref(m[0] + m[1] + m[2], NAN), got(ref.size(), NAN);
+    const u8* ws[3] = {w0.data(), w1.data(), w2.data()};
+    for (int j = 0, off = 0; j < 3; off += m[j], j++) {
+        launch({(unsigned)((m[j] + 3) / 4), 1, 1}, 128, 0, [&] {
+            int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+            if (r >= m[j]) return;
+            if (j < 2)
+                fast_rows<TY, 1, false, true>(ws[j], nullptr, xq.data(), xd.data(), ref.data() + off, nullptr, nullptr, 0, k, m[j], r, 0, 0.0);
+            else
+                fast_rows<TYV, 1, false, true>(ws[j], nullptr, xq.data(), xd.data(), ref.data() + off, nullptr, nullptr, 0, k, m[j], r, 0, 0.0);
+        });
+    }
+    for (bool prefetch : {true, false}) {
+        launch({(unsigned)G, 1, 1}, 32 * WARPS, 0, [&] {
+            int stride = gridDim.x * (blockDim.x >> 5), r0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+            norm_long_mmv3_rows<TY, TYV>(xq.data(), xd.data(), ws[0], ws[1], ws[2], got.data(), got.data() + m[0],
+                                         got.data() + m[0] + m[1], k, m[0], m[1], m[2], r0, stride, prefetch);
+        });
+    }
+    report_long("q/k/v", name, ref, got, perturb, fails);
+    if (TY != TYV) return fails;
+    // The gate/up: 29 rows of both weights, SiLU then GELU.
+    for (int act : {0, 1}) {
+        const int mg = 29;
+        const double c = 0.7978845608028654;
+        auto wg = weights<TY>(rng, k, mg), wu = weights<TY>(rng, k, mg);
+        std::vector<float> rg(mg, NAN), ru(mg, NAN), ra(mg, NAN), gg(mg, NAN), gu(mg, NAN), ga(mg, NAN);
+        launch({(unsigned)((mg + 3) / 4), 1, 1}, 128, 0, [&] {
+            int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+            if (r < mg)
+                fast_rows<TY, 1, true, true>(wg.data(), wu.data(), xq.data(), xd.data(), rg.data(), ru.data(), ra.data(), 0, k, mg, r, act, c);
+        });
+        for (bool prefetch : {true, false}) {
+            launch({(unsigned)G, 1, 1}, 32 * WARPS, 0, [&] {
+                int stride = gridDim.x * (blockDim.x >> 5), r0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+                norm_long_gate_up_rows<TY>(xq.data(), xd.data(), wg.data(), wu.data(), gg.data(), gu.data(), ga.data(), k, mg,
+                                           act, c, r0, stride, prefetch);
+            });
+        }
+        std::vector<float> ref3(rg), got3(gg);
+        ref3.insert(ref3.end(), ru.begin(), ru.end()); ref3.insert(ref3.end(), ra.begin(), ra.end());
+        got3.insert(got3.end(), gu.begin(), gu.end()); got3.insert(got3.end(), ga.begin(), ga.end());
+        report_long(act == 0 ? "gate/up" : "gate/up1", name, ref3, got3, perturb, fails);
+    }
+    return fails;
+}
+
 // `layout FILE K M [q5_0]`: the Q6_K (or Q5_0) rows in FILE (M rows of K values, in the layout
 // this build reads: the device's Q6_K planes and repacked Q5_0 blocks by default; or GGUF's
 // blocks under -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF) against
@@ -163,6 +244,17 @@ int main(int argc, char** argv) {
     fails += run_type<T_Q4_K>("Q4_K", rng, perturb);
     fails += run_type<T_Q5_K>("Q5_K", rng, perturb);
     fails += run_type<T_Q6_K>("Q6_K", rng, perturb);
+    fails += run_long<T_Q4_0, T_Q4_0>("Q4_0", rng, perturb);
+    fails += run_long<T_Q4_1, T_Q4_1>("Q4_1", rng, perturb);
+    fails += run_long<T_Q5_0, T_Q5_0>("Q5_0", rng, perturb);
+    fails += run_long<T_Q5_1, T_Q5_1>("Q5_1", rng, perturb);
+    fails += run_long<T_Q8_0, T_Q8_0>("Q8_0", rng, perturb);
+    fails += run_long<T_Q4_K, T_Q4_K>("Q4_K", rng, perturb);
+    fails += run_long<T_Q5_K, T_Q5_K>("Q5_K", rng, perturb);
+    fails += run_long<T_Q6_K, T_Q6_K>("Q6_K", rng, perturb);
+    fails += run_long<T_Q5_0, T_Q8_0>("Q5_0/Q8_0", rng, perturb);
+    fails += run_long<T_Q4_K, T_Q6_K>("Q4_K/Q6_K", rng, perturb);
+    fails += run_long<T_Q5_K, T_Q6_K>("Q5_K/Q6_K", rng, perturb);
     printf(fails ? "FAIL: %d shapes differ\n" : "PASS: %d shapes differ\n", fails);
     return fails ? 1 : 0;
 }

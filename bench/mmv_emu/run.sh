@@ -3,7 +3,9 @@
 # as it is (weight units, fast_rows, fast_rows_nr) compiled as C++ with bench/attn_emu's shim
 # (one std::thread per CUDA thread, per-warp barriers for the shuffles), run for every type with
 # a fast kernel on random weights and activations: two weight rows a warp (fast_rows_nr: the
-# mmv_fast2r / mmv3_fast2r kernels' rows) against a warp a row (fast_rows, mmv_fast1's), bitwise.
+# mmv_fast2r / mmv3_fast2r kernels' rows) against a warp a row (fast_rows, mmv_fast1's), bitwise;
+# and the long norm-fused kernels' rows (norm_long_mmv3_rows, norm_long_gate_up_rows), dealt
+# grid-stride, against a warp a row (mmv_fast1's, gate_up_fast1's): every row once, bitwise.
 # Usage: bench/mmv_emu/run.sh [seed]; MMV_EMU_PERTURB=1 flips one output's last bit (the
 # harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K and
 # Q5_0 rows from GGUF's blocks and from the device's layouts (tests/mmv_emulation.rs compares them).
@@ -19,7 +21,10 @@ q0 = s.index("struct Q8Blk {"); q1 = s.index("__constant__ signed char KVALUES_I
 b0 = s.index("// Elements and bytes per block of each type"); b1 = s.index("template <int TY>\n__device__ __forceinline__ float deq_t")
 p0 = s.index("// Q6_K weights on the device are stored in planes"); p1 = s.index("// Element `e` of the block at `b`")
 f0 = s.index("// Bits 0..3 of v to bit 4 of bytes 0..3"); f1 = s.index("// END FAST NUMERICS")
-k = s[t0:t1] + s[q0:q1] + s[p0:p1] + s[b0:b1] + s[f0:f1]
+# The long norm-fused kernels' rows (their prefetch is device-only).
+l0 = s.index("#define NORM_LONG_MAX 4096"); l1 = s.index("#define NORM_LONG_SETUP")
+r0 = s.index("// q, k and v (rows m0, m1, m2 in that order"); r1 = s.index("#define NORM_LONG_MMV3(NAME, TY, TYV)")
+k = s[t0:t1] + s[q0:q1] + s[p0:p1] + s[b0:b1] + s[f0:f1] + s[l0:l1] + s[r0:r1]
 open(sys.argv[2], 'w').write(k)
 PY
 CXX="g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu"

@@ -4441,13 +4441,17 @@ MIXED_QKV_FOR(MMV3_MIXED_2R)
 #define LOCKSTEP_LONG_PF_ROWS 1
 #endif
 
-// Row r of W (k values of type TY) asked into L2, a 128-byte line a lane.
+// Row r of W (k values of type TY) asked into L2, a 128-byte line a lane (on the device only:
+// bench/mmv_emu runs the rows below on the CPU, tests/mmv_emulation.rs).
 template <int TY>
 __device__ __forceinline__ void long_row_prefetch(const u8* W, int r, int k) {
     size_t bytes = (size_t)(k / block_elems(TY)) * block_bytes(TY);
     const u8* row = W + (size_t)r * bytes;
-    for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < bytes; o += 32 * 128)
+    for (size_t o = (size_t)(threadIdx.x & 31) * 128; o < bytes; o += 32 * 128) {
+#ifdef __CUDA_ARCH__
         asm volatile("prefetch.global.L2 [%0];" ::"l"(row + o));
+#endif
+    }
 }
 
 #define NORM_LONG_SETUP                                                                            \
@@ -4485,6 +4489,24 @@ __device__ __forceinline__ void norm_long_mmv3_rows(const signed char* sq, const
     }
 }
 
+// The gate/up rows (m of each) after the norm, a row of both weights a warp.
+template <int TY>
+__device__ __forceinline__ void norm_long_gate_up_rows(const signed char* sq, const Q8Blk* sd,
+                                                       const u8* Wg, const u8* Wu, float* gg,
+                                                       float* uu, float* aa, int g, int m,
+                                                       int act, double c, int r0, int stride,
+                                                       bool prefetch) {
+    for (int r = r0, i = 0; r < m; r += stride, i++) {
+        if (prefetch) {
+            if (i == LOCKSTEP_LONG_PF_ROWS) return;
+            long_row_prefetch<TY>(Wg, r, g);
+            long_row_prefetch<TY>(Wu, r, g);
+        } else {
+            fast_rows<TY, 1, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m, r, act, c);
+        }
+    }
+}
+
 #define NORM_LONG_MMV3(NAME, TY, TYV)                                                              \
     extern "C" __global__ void __launch_bounds__(1024) NAME(NORM_MMV3_ARGS) {                      \
         NORM_LONG_SETUP                                                                            \
@@ -4500,13 +4522,9 @@ __device__ __forceinline__ void norm_long_mmv3_rows(const signed char* sq, const
         NORM_IN_ARGS, const u8* Wg, const u8* Wu, float* gg, float* uu, float* aa, int m,          \
         int act, double c) {                                                                       \
         NORM_LONG_SETUP                                                                            \
-        for (int r = r0_, i = 0; r < m && i < LOCKSTEP_LONG_PF_ROWS; r += stride_, i++) {          \
-            long_row_prefetch<TY>(Wg, r, g);                                                       \
-            long_row_prefetch<TY>(Wu, r, g);                                                       \
-        }                                                                                          \
+        norm_long_gate_up_rows<TY>(sq, sd, Wg, Wu, gg, uu, aa, g, m, act, c, r0_, stride_, true);  \
         NORM_GATE                                                                                  \
-        for (int r = r0_; r < m; r += stride_)                                                     \
-            fast_rows<TY, 1, true>(Wg, Wu, sq, sd, gg, uu, aa, 0, g, m, r, act, c);                \
+        norm_long_gate_up_rows<TY>(sq, sd, Wg, Wu, gg, uu, aa, g, m, act, c, r0_, stride_, false); \
     }
 NORM_LONG(2)
 NORM_LONG(3)

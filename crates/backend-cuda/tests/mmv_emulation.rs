@@ -1,6 +1,7 @@
 //! The two-rows-a-warp mat-vecs (`mmv_fast2r_<type>`, `mmv3_fast2r_<type>`: `fast_rows_nr` in
 //! kernels.cu) give every row bitwise what a warp a row gives (`fast_rows`, `mmv_fast1`'s):
-//! proven here without a GPU. `bench/mmv_emu/run.sh` cuts kernels.cu's FAST NUMERICS section out
+//! proven here without a GPU; so do the long norm-fused kernels' rows after their norm
+//! (`norm_long_mmv3_rows`, `norm_long_gate_up_rows`: rows grid-stride, across weights). `bench/mmv_emu/run.sh` cuts kernels.cu's FAST NUMERICS section out
 //! as it is, compiles it as C++ with the attention emulation's shim (one thread per CUDA thread,
 //! the shuffles through per-warp barriers), and runs both on random weights of every type with
 //! a fast kernel: rows of fewer than 32 units, exactly 32 and more; odd and even row counts
@@ -40,12 +41,25 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
         58,
         "{text}"
     );
+    // The long norm-fused kernels' rows, dealt grid-stride (norm_long_mmv3_rows for every type
+    // and the three two-type pairs, norm_long_gate_up_rows with SiLU and GELU for every type),
+    // give every row a warp a row gives.
+    assert_eq!(
+        text.matches(": rows bitwise (0 differ)").count(),
+        27,
+        "{text}"
+    );
     // One output one bit off in every shape is caught.
     let (ok, text) = emulate(true);
     assert!(!ok, "a perturbed output passed:\n{text}");
     assert_eq!(
         text.matches("MISMATCH (1 rows differ)").count(),
         58,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("rows MISMATCH (1 differ)").count(),
+        27,
         "{text}"
     );
 }
