@@ -84,6 +84,22 @@ static void both_ways(const u8* w, const std::vector<signed char>& xq, const std
     });
 }
 
+// Outputs of `got` that differ from `ref` bit for bit or are not finite (every one when `ref`
+// is all zero: the comparison would mean nothing). With perturb, got's middle output goes one
+// bit off first (the harness must see it).
+static int differing(const std::vector<float>& ref, std::vector<float> got, bool perturb) {
+    size_t n = ref.size();
+    if (perturb) {
+        unsigned u; std::memcpy(&u, &got[n / 2], 4); u ^= 1; std::memcpy(&got[n / 2], &u, 4);
+    }
+    int bad = 0, zero = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += std::memcmp(&ref[i], &got[i], 4) != 0 || !std::isfinite(ref[i]) || !std::isfinite(got[i]);
+        zero += ref[i] == 0.0f;
+    }
+    return bad + (zero == (int)n ? (int)n : 0);
+}
+
 template <int TY>
 static int run_type(const char* name, std::mt19937& rng, bool perturb) {
     int fails = 0;
@@ -99,16 +115,7 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
             activation(rng, k, xq, xd);
             std::vector<float> one, two;
             both_ways<TY>(w.data(), xq, xd, k, m, one, two);
-            if (perturb) {
-                unsigned u; std::memcpy(&u, &two[m / 2], 4); u ^= 1; std::memcpy(&two[m / 2], &u, 4);
-            }
-            // Every row written and finite, and not all zero (the comparison means something).
-            int bad = 0, zero = 0;
-            for (int r = 0; r < m; r++) {
-                bad += std::memcmp(&one[r], &two[r], 4) != 0 || !std::isfinite(one[r]);
-                zero += one[r] == 0.0f;
-            }
-            bad += zero == m ? m : 0;
+            int bad = differing(one, two, perturb);
             printf("%-5s k %5d m %3d: %s (%d rows differ)\n", name, k, m, bad ? "MISMATCH" : "bitwise", bad);
             fails += bad != 0;
         }
@@ -123,17 +130,8 @@ static int run_type(const char* name, std::mt19937& rng, bool perturb) {
 // grid of 3 blocks of 4 warps (the kernels' rows depend on the grid only through the first row
 // and the stride). One output one bit off (perturb) must show.
 static void report_long(const char* what, const char* name, const std::vector<float>& ref,
-                        std::vector<float> got, bool perturb, int& fails) {
-    size_t n = ref.size();
-    if (perturb) {
-        unsigned u; std::memcpy(&u, &got[n / 2], 4); u ^= 1; std::memcpy(&got[n / 2], &u, 4);
-    }
-    int bad = 0, zero = 0;
-    for (size_t i = 0; i < n; i++) {
-        bad += std::memcmp(&ref[i], &got[i], 4) != 0 || !std::isfinite(got[i]);
-        zero += ref[i] == 0.0f;
-    }
-    bad += zero == (int)n ? (int)n : 0;
+                        const std::vector<float>& got, bool perturb, int& fails) {
+    int bad = differing(ref, got, perturb);
     printf("long %-8s %-9s: %s (%d differ)\n", what, name, bad ? "rows MISMATCH" : "rows bitwise", bad);
     fails += bad != 0;
 }

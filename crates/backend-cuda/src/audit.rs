@@ -364,23 +364,15 @@ mod tests {
         // not loads (nothing comes back to race with the kernel before); one sunk below the
         // wait is not counted.
         let ptx = ".visible .entry p(\n)\n{\n\t@%p1 prefetch.global.L2 [%rd1];\n\tld.global.nc.f32 %f1, [%rd2];\n\tgriddepcontrol.wait;\n\tprefetch.global.L2 [%rd3];\n}\n";
+        let with = |prefetches| PreWait {
+            prefetches,
+            ..pw(1, 0, true)
+        };
         let p = ptx_pre_wait(ptx);
-        assert_eq!(
-            p["p"],
-            PreWait {
-                prefetches: 1,
-                ..pw(1, 0, true)
-            }
-        );
+        assert_eq!(p["p"], with(1));
         let sass = "p:\n        /*0000*/   @P5 CCTL.E.PF2 [R20] ;\n        /*0010*/   CCTL.E.PF2 [R28+0x1000] ;\n        /*0020*/   LDG.E.CONSTANT R2, desc[UR4][R2.64] ;\n        /*0030*/   ACQBULK ;\n        /*0040*/   CCTL.E.PF2 [R4] ;\n        /*0050*/   CCTL.IVALL ;\n";
         let s = sass_pre_wait(sass);
-        assert_eq!(
-            s["p"],
-            PreWait {
-                prefetches: 2,
-                ..pw(1, 0, true)
-            }
-        );
+        assert_eq!(s["p"], with(2));
         assert!(hoisted_over_wait(&p, &s).is_empty());
     }
 
