@@ -5072,13 +5072,13 @@ fn cluster_kernel(f: Option<CudaFunction>) -> Option<CudaFunction> {
     (clusters > 0).then_some(f)
 }
 
-/// The kernel of a two-type q/k/v table (`plan::MIXED_QKV`) for q and k of `wqk`'s type and v of
-/// `wv`'s, where the table has the pair.
 /// The kernel of weight type `id` in a per-type table.
 fn find_kernel(table: &[(i32, CudaFunction)], id: i32) -> Option<&CudaFunction> {
     table.iter().find(|(t, _)| *t == id).map(|(_, f)| f)
 }
 
+/// The kernel of a two-type q/k/v table (`plan::MIXED_QKV`) for q and k of `wqk`'s type and v of
+/// `wv`'s, where the table has the pair.
 fn mixed_pair<'a>(
     table: &'a [((i32, i32), CudaFunction)],
     wqk: &CudaWeight,
