@@ -4432,7 +4432,7 @@ MIXED_QKV_FOR(MMV3_MIXED_2R)
 // rows into L2 (a prefetch holds no register, unlike FusedFirst's units, which would spill 64
 // registers a thread), so DRAM streams the consumer's weights while the block runs the norm.
 // On the H200 (BENCHMARKS.md, session 47; tg128 against residual_norm then the consumer) the 8B
-// +3.1%, Llama-1B +10.6%; a prefetch of no rows or of two lost part of it; rows dealt
+// +2.9-3.1%, Llama-1B +9.7-10.6%; a prefetch of no rows or of two lost part of it; rows dealt
 // warp-major (warp w of block b first row w * gridDim.x + b, every SM busy to the end) cost the
 // 8B 1.2% of block-major's (a block's 32 rows are contiguous).
 // ============================================================================================
