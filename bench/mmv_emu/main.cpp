@@ -34,9 +34,9 @@ inline float ldh(const u8* p) { return h2f(ld16(p)); }
 
 // A random weight matrix of m rows of k values of type TY: random bytes, every f16 that could be
 // a scale made small and finite (every second byte's high bits cleared). It starts at an
-// address that is a multiple of 1680, as the backend uploads Q6_K's planes (kernels.cu q6p_at
-// finds a block's plane group from its address); whole plane groups plus the 16 bytes of
-// padding the device has.
+// address that is a multiple of 1680 and of 544, as the backend uploads Q6_K's and Q8_0's planes
+// (kernels.cu q6p_at and q8p_at find a block's plane group from its address); whole plane groups
+// plus the 16 bytes of padding the device has.
 struct Weights {
     std::vector<u8> store;
     u8* p;
@@ -47,8 +47,9 @@ static Weights weights(std::mt19937& rng, int k, int m) {
     size_t row = (size_t)(k / block_elems(TY)) * block_bytes(TY);
     size_t n = row * m + 1680 + 16;
     Weights w;
-    w.store.resize(n + 1680);
-    w.p = w.store.data() + (1680 - (size_t)w.store.data() % 1680) % 1680;
+    const size_t A = 57120;  // lcm(1680, 544)
+    w.store.resize(n + A);
+    w.p = w.store.data() + (A - (size_t)w.store.data() % A) % A;
     for (size_t i = 0; i < n; i++) w.p[i] = (u8)rng();
     for (size_t i = 1; i < n; i += 2) w.p[i] %= 0x3B;
     return w;
@@ -195,21 +196,23 @@ static int run_long(const char* name, std::mt19937& rng, bool perturb) {
     return fails;
 }
 
-// `layout FILE K M [q5_0]`: the Q6_K (or Q5_0) rows in FILE (M rows of K values, in the layout
-// this build reads: the device's Q6_K planes and repacked Q5_0 blocks by default; or GGUF's
-// blocks under -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF) against
+// `layout FILE K M [q5_0|q8_0]`: the Q6_K (or Q5_0, Q8_0) rows in FILE (M rows of K values, in
+// the layout this build reads: the device's Q6_K and Q8_0 planes and repacked Q5_0 blocks by
+// default; or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF -DLOCKSTEP_Q80_GGUF)
+// against
 // a fixed activation, a warp a row and two rows a warp; prints each row's two results as hex.
 // run.sh compiles both builds and feeds each its layout of the same weights
 // (tests/mmv_emulation.rs writes them, the device's by plan::q6k_planar / plan::q50_repacked):
 // the outputs must agree bit for bit.
-static int layout(const char* path, int k, int m, bool q50) {
+static int layout(const char* path, int k, int m, int ty) {
     FILE* f = fopen(path, "rb");
     if (!f) { printf("cannot open %s\n", path); return 2; }
     std::vector<u8> bytes;
     for (int c; (c = fgetc(f)) != EOF;) bytes.push_back((u8)c);
     fclose(f);
-    // At a multiple of the plane group, with a group's slack and the device's padding after.
-    const size_t A = 1680;
+    // At a multiple of the plane group (Q6_K's 1680 and Q8_0's 544 both divide A), with a
+    // group's slack and the device's padding after.
+    const size_t A = 57120;
     std::vector<u8> store(bytes.size() + A + 1680 + 16, 0);
     u8* w = store.data() + (A - (size_t)store.data() % A) % A;
     std::memcpy(w, bytes.data(), bytes.size());
@@ -218,7 +221,8 @@ static int layout(const char* path, int k, int m, bool q50) {
     std::vector<Q8Blk> xd;
     activation(rng, k, xq, xd);
     std::vector<float> one, two;
-    if (q50) both_ways<T_Q5_0>(w, xq, xd, k, m, one, two);
+    if (ty == T_Q5_0) both_ways<T_Q5_0>(w, xq, xd, k, m, one, two);
+    else if (ty == T_Q8_0) both_ways<T_Q8_0>(w, xq, xd, k, m, one, two);
     else both_ways<T_Q6_K>(w, xq, xd, k, m, one, two);
     for (int r = 0; r < m; r++) {
         unsigned a, b;
@@ -230,7 +234,11 @@ static int layout(const char* path, int k, int m, bool q50) {
 }
 
 int main(int argc, char** argv) {
-    if (argc > 4 && std::strcmp(argv[1], "layout") == 0) return layout(argv[2], atoi(argv[3]), atoi(argv[4]), argc > 5 && std::strcmp(argv[5], "q5_0") == 0);
+    if (argc > 4 && std::strcmp(argv[1], "layout") == 0) {
+        const char* t = argc > 5 ? argv[5] : "";
+        return layout(argv[2], atoi(argv[3]), atoi(argv[4]),
+                      std::strcmp(t, "q5_0") == 0 ? T_Q5_0 : std::strcmp(t, "q8_0") == 0 ? T_Q8_0 : T_Q6_K);
+    }
     std::mt19937 rng(argc > 1 ? atoi(argv[1]) : 1);
     bool perturb = getenv("MMV_EMU_PERTURB") != nullptr;
     int fails = 0;

@@ -7,8 +7,9 @@
 # and the long norm-fused kernels' rows (norm_long_mmv3_rows, norm_long_gate_up_rows), dealt
 # grid-stride, against a warp a row (mmv_fast1's, gate_up_fast1's): every row once, bitwise.
 # Usage: bench/mmv_emu/run.sh [seed]; MMV_EMU_PERTURB=1 flips one output's last bit (the
-# harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K and
-# Q5_0 rows from GGUF's blocks and from the device's layouts (tests/mmv_emulation.rs compares them).
+# harness must fail). bench/mmv_emu/run.sh layout-build DIR: the two builds that read Q6_K, Q5_0
+# and Q8_0 rows from GGUF's blocks and from the device's layouts (tests/mmv_emulation.rs compares
+# them).
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 W=${TMPDIR:-/tmp}/mmv_emu.$$; mkdir -p $W
@@ -29,10 +30,11 @@ open(sys.argv[2], 'w').write(k)
 PY
 CXX="g++ -std=c++20 -O1 -ffp-contract=off -fno-fast-math -pthread -DLOCKSTEP_WEIGHTS_EVICT_NORMAL -I$W -I$D -I$D/../attn_emu"
 if [ "${1:-}" = layout-build ]; then
-  # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K and Q5_0 from GGUF's blocks
-  # (-DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF), DIR/emu from the device's planes and repacked Q5_0
-  # blocks (the default build); each then runs `layout FILE K M [q5_0]` (main.cpp).
-  $CXX -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF $D/main.cpp -o "$2/emu_gguf" &
+  # run.sh layout-build DIR: DIR/emu_gguf reads Q6_K, Q5_0 and Q8_0 from GGUF's blocks
+  # (-DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF -DLOCKSTEP_Q80_GGUF), DIR/emu from the device's
+  # planes and repacked Q5_0 blocks (the default build); each then runs
+  # `layout FILE K M [q5_0|q8_0]` (main.cpp).
+  $CXX -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF -DLOCKSTEP_Q80_GGUF $D/main.cpp -o "$2/emu_gguf" &
   $CXX $D/main.cpp -o "$2/emu"
   wait
   exit 0

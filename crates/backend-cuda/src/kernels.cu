@@ -445,6 +445,28 @@ __device__ __forceinline__ const u8* q6p_at(const u8* b, int o) {
 #endif
 }
 
+// Q8_0 weights on the device are stored in planes too (plan::q80_planar, done once at upload):
+// every 16 consecutive blocks of a tensor (544 bytes, the same size) hold their 16 x 32 quants,
+// then their 16 d. A unit's quants are then two aligned 16-byte loads instead of GGUF's run of
+// 32 bytes at a 2-byte alignment (nine 4-byte loads and funnel shifts); the Q8_0 LM heads of
+// SmolLM2 and Gemma-3 (the tied embeddings) are a third and three quarters of their models'
+// bytes. Same bytes, same arithmetic: bitwise unchanged. As for Q6_K, the host uploads the
+// tensor at a multiple of 544, so a block pointer b says its group and member; every decoder
+// keeps its (block pointer, offset) interface. LOCKSTEP_Q80_GGUF (knob
+// LOCKSTEP_CUDA_Q80_PLANAR=0) reads GGUF's layout.
+#define Q8P_GROUP 544
+__device__ __forceinline__ int q8p_member(const u8* b) { return (int)(((size_t)b / 34) & 15); }
+// Where the byte at offset o (0..33) of GGUF's block at b lies.
+__device__ __forceinline__ const u8* q8p_at(const u8* b, int o) {
+#ifdef LOCKSTEP_Q80_GGUF
+    return b + o;
+#else
+    int idx = q8p_member(b);
+    const u8* g = b - idx * 34;
+    return o < 2 ? g + 512 + 2 * idx + o : g + 32 * idx + (o - 2);
+#endif
+}
+
 // Q5_0 weights on the device: the host uploads plan::q50_repacked's 24-byte blocks
 // [d (f16), two zero bytes, qh', qs[16]] (or, with LOCKSTEP_Q50_GGUF, knob
 // LOCKSTEP_CUDA_Q50_REPACK=0, GGUF's 22-byte blocks as they are): a block's words are aligned loads (8 bytes; a row of
@@ -514,7 +536,7 @@ __device__ __forceinline__ float deq(int ty, const u8* b, int e) {
         int q = lo | (((qh >> e) & 1) << 4);
         return (float)q * d + m;
     }
-    case T_Q8_0: return (float)(signed char)b[2 + e] * ldh(b);
+    case T_Q8_0: return (float)(signed char)*q8p_at(b, 2 + e) * ldh(q8p_at(b, 0));
     case T_Q2_K: {
         float d = ldh(b + 80), mn = ldh(b + 82);
         int n = e >> 7, j = (e >> 5) & 3, l = e & 31;
@@ -658,9 +680,10 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
             w[cc] = dl * (float)q;
         }
     } else if constexpr (TY == T_Q8_0) {
-        float d = ldh(b);
+        float d = ldh(q8p_at(b, 0));
+        const u8* qs = q8p_at(b, 2);  // a block's quants are contiguous in either layout
 #pragma unroll
-        for (int cc = 0; cc < 4; cc++) w[cc] = (float)(signed char)b[2 + 8 * cc + l] * d;
+        for (int cc = 0; cc < 4; cc++) w[cc] = (float)(signed char)qs[8 * cc + l] * d;
     } else if constexpr (TY == T_Q4_1) {
         float d = ldh(b), m = ldh(b + 2);
 #pragma unroll
@@ -698,6 +721,13 @@ __device__ __forceinline__ void decode_lane(const u8* b, int l, float* w) {
 // is copied in, asynchronously, while the current one is decoded).
 #define SEG_BYTES 1024
 #define SEG_WORDS (SEG_BYTES / 16 + 2)
+// Types whose blocks are not contiguous bytes on the device (q6p_at, q8p_at): the matmul
+// decodes them from global memory instead of staging byte ranges.
+#ifdef LOCKSTEP_Q80_GGUF
+#define PLANAR_TY(TY) ((TY) == T_Q6_K)
+#else
+#define PLANAR_TY(TY) ((TY) == T_Q6_K || (TY) == T_Q8_0)
+#endif
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     unsigned long long s;
@@ -749,11 +779,11 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
     uint4* wsm = smem + (size_t)warp * 8 * SEG_WORDS;
     int chunks = k >> 3;
     int nblocks = k / BS;
-    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously). Q6_K is
-    // decoded from global memory (below), so nothing is copied: the group is committed empty
-    // and the waits keep their count.
+    // Copies segment `sb` of the warp's 4 rows into buffer `buf` (asynchronously). Q6_K and
+    // planar Q8_0 are decoded from global memory (below), so nothing is copied: the group is
+    // committed empty and the waits keep their count.
     auto stage = [&](int sb, int buf) {
-        if constexpr (TY == T_Q6_K) {
+        if constexpr (PLANAR_TY(TY)) {
             cp_async_commit();
             return;
         }
@@ -795,9 +825,9 @@ __device__ __forceinline__ void matmul_body(const u8* __restrict__ W, const floa
                 constexpr int EPL = BS / 8;
                 for (int bi = 0; bi < nb; bi++) {
                     float w[EPL];
-                    // Q6_K's planes locate a block from its global address (q6p_at): decoded
-                    // from the row in global memory, not the staged copy.
-                    if (live) decode_lane<TY>(TY == T_Q6_K ? wrow + (size_t)(sb + bi) * TS : seg + bi * TS, l, w);
+                    // The planes locate a block from its global address (q6p_at, q8p_at):
+                    // decoded from the row in global memory, not the staged copy.
+                    if (live) decode_lane<TY>(PLANAR_TY(TY) ? wrow + (size_t)(sb + bi) * TS : seg + bi * TS, l, w);
                     else {
 #pragma unroll
                         for (int cc = 0; cc < EPL; cc++) w[cc] = 0.f;
@@ -3366,9 +3396,17 @@ __device__ __forceinline__ void deq8(const u8* row, int j, float* v) {
             else v[i] = (float)q * d + ldh(b + 2);
         }
     } else if constexpr (TY == T_Q8_0) {
-        float d = ldh(b);
+        float d = ldh(q8p_at(b, 0));
+#ifdef LOCKSTEP_Q80_GGUF
+        const u8* qs = b + 2 + e;
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = (float)(signed char)b[2 + e + i] * d;
+        for (int i = 0; i < 8; i++) v[i] = (float)(signed char)qs[i] * d;
+#else
+        // e is a multiple of 8: the eight quants are one aligned 8-byte run of the plane.
+        uint2 w = *(const uint2*)q8p_at(b, 2 + e);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = (float)(signed char)(u8)((i < 4 ? w.x : w.y) >> (8 * (i & 3))) * d;
+#endif
     } else {
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = deq(TY, b, e + i);
@@ -3664,8 +3702,17 @@ struct FastUnit<T_Q8_0> {
     int q[8];
     __device__ __forceinline__ void load(const u8* row, int u) {
         const u8* b = row + (size_t)u * 34;
+#ifdef LOCKSTEP_Q80_GGUF
         d = ldwh(b);
         ldw_words_a2<8>(b + 2, q);
+#else
+        int idx = q8p_member(b);
+        const u8* g = b - idx * 34;
+        uint4 a = ldw16(g + 32 * idx), c = ldw16(g + 32 * idx + 16);
+        d = ldwh(g + 512 + 2 * idx);
+        q[0] = (int)a.x; q[1] = (int)a.y; q[2] = (int)a.z; q[3] = (int)a.w;
+        q[4] = (int)c.x; q[5] = (int)c.y; q[6] = (int)c.z; q[7] = (int)c.w;
+#endif
     }
     __device__ __forceinline__ float dot(const signed char* xq, const Q8Blk* xd, int u, float acc) const {
         const int4* xv = (const int4*)(xq + (size_t)u * 32);

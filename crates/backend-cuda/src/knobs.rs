@@ -27,6 +27,7 @@
 //! | `ATTN_PLAIN_LATE=1` (kernel define) | the decode attention without rope (heads of 256) launches the next kernel at its grid wait | after its scores |
 //! | `EVICT_FIRST=0` (kernel define) | weights stream through L2 evict-first | the default policy |
 //! | `Q6K_PLANAR=0` (kernel define + upload) | Q6_K weights on the device in planes (`plan::q6k_planar`) | GGUF's 210-byte blocks |
+//! | `Q80_PLANAR=0` (kernel define + upload) | Q8_0 weights on the device in planes (`plan::q80_planar`) | GGUF's 34-byte blocks |
 //! | `Q50_REPACK=0` (kernel define + upload) | Q5_0 weights on the device as 24-byte blocks, qh's bits permuted (`plan::q50_repacked`) | GGUF's 22-byte blocks (the same values) |
 //! | `KV=f16` (kernel define + cache) | the KV cache in f32 | fast numerics' cache in f16 (kernels.cu `kv_t`; other rounding, half the memory) |
 //! | `FAST_F64=1` (kernel define) | fast numerics' norms and gated activations in f32 | in f64, as the exact kernels (other rounding) |
@@ -87,6 +88,10 @@ pub(crate) fn kernel_defines(fast: bool) -> Vec<&'static str> {
     if !q6k_planar_knob() {
         d.push("-DLOCKSTEP_Q6K_GGUF");
     }
+    // Q8_0 weights read in GGUF's blocks (kernels.cu, q8p_at), likewise.
+    if !q80_planar_knob() {
+        d.push("-DLOCKSTEP_Q80_GGUF");
+    }
     // Q5_0 weights read in GGUF's blocks (kernels.cu, Q50_BYTES), likewise.
     if !q50_repack_knob() {
         d.push("-DLOCKSTEP_Q50_GGUF");
@@ -119,6 +124,16 @@ pub(crate) fn kv_cache_f16(fast: bool) -> bool {
 pub(crate) fn q6k_planar_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_Q6K_PLANAR").map_or(true, |v| v != "0"))
+}
+
+/// Whether Q8_0 weights go to the device in planes (`plan::q80_planar`, kernels.cu `q8p_at`): a
+/// unit's quants become two aligned 16-byte loads instead of GGUF's 2-byte-aligned run (the
+/// Q8_0 LM heads of SmolLM2 and Gemma-3 above all). `LOCKSTEP_CUDA_Q80_PLANAR=0` uploads GGUF's
+/// blocks and compiles the kernels that read them (the same values bitwise), for comparisons.
+/// Read once.
+pub(crate) fn q80_planar_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_Q80_PLANAR").map_or(true, |v| v != "0"))
 }
 
 /// Whether Q5_0 weights go to the device as 24-byte blocks with qh's bits permuted

@@ -217,7 +217,8 @@ impl CudaTensor {
     }
 }
 
-/// A weight on the device in its GGUF encoding (Q6_K in planes: `plan::q6k_planar`; Q5_0 in
+/// A weight on the device in its GGUF encoding (Q6_K and Q8_0 in planes: `plan::q6k_planar`,
+/// `plan::q80_planar`; Q5_0 in
 /// 24-byte blocks: `plan::q50_repacked`); vectors
 /// (norm weights, biases) also as f32.
 pub struct CudaWeight {
@@ -229,8 +230,8 @@ pub struct CudaWeight {
 }
 
 /// A weight's bytes on the device: the allocation, and where the kernels read (its start, or
-/// for a planar Q6_K tensor the first address inside it that is a multiple of
-/// `plan::Q6K_GROUP`, as kernels.cu's `q6p_at` needs).
+/// for a planar Q6_K or Q8_0 tensor the first address inside it that is a multiple of
+/// `plan::Q6K_GROUP` or `plan::Q80_GROUP`, as kernels.cu's `q6p_at` and `q8p_at` need).
 struct WeightBytes {
     alloc: CudaSlice<u8>,
     /// A view of `alloc` from an offset; never freed through (`alloc` frees the memory).
@@ -3515,6 +3516,10 @@ impl Backend for CudaBackend {
             let planar = plan::q6k_planar(w.data)
                 .ok_or_else(|| bad("not whole Q6_K super-blocks".to_string()))?;
             self.upload_aligned(w.name, &planar, plan::Q6K_GROUP)?
+        } else if w.ty == lockstep_quant::GgmlType::Q8_0 && knobs::q80_planar_knob() {
+            let planar =
+                plan::q80_planar(w.data).ok_or_else(|| bad("not whole Q8_0 blocks".to_string()))?;
+            self.upload_aligned(w.name, &planar, plan::Q80_GROUP)?
         } else {
             let repacked = if q50_repacked {
                 Some(

@@ -119,6 +119,34 @@ pub fn q6k_planar(gguf: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// Bytes of a Q8_0 block (32 values) in GGUF.
+pub const Q80_BLOCK: usize = 34;
+/// Blocks a Q8_0 plane group holds (kernels.cu `q8p_at`).
+pub const Q80_GROUP_BLOCKS: usize = 16;
+/// Bytes of a Q8_0 plane group: also the alignment of a planar tensor's device address, so a
+/// kernel finds a block's group and place in it from the block's address alone (as for Q6_K).
+pub const Q80_GROUP: usize = Q80_BLOCK * Q80_GROUP_BLOCKS;
+
+/// A Q8_0 tensor's GGUF bytes (whole 34-byte blocks: d, qs[32]) in the device's planes
+/// (kernels.cu `q8p_at`): each group of 16 consecutive blocks becomes their 16 x 32 quants, then
+/// their 16 d. A unit is then two aligned 16-byte loads and one of 2 bytes instead of GGUF's
+/// 2-byte-aligned run of 34. The last group is padded with zero blocks to whole groups. None
+/// when the bytes are not whole blocks.
+pub fn q80_planar(gguf: &[u8]) -> Option<Vec<u8>> {
+    if !gguf.len().is_multiple_of(Q80_BLOCK) {
+        return None;
+    }
+    let groups = (gguf.len() / Q80_BLOCK).div_ceil(Q80_GROUP_BLOCKS);
+    let mut out = vec![0u8; groups * Q80_GROUP];
+    for (src, m) in gguf.chunks_exact(Q80_BLOCK).zip(0usize..) {
+        let (g, b) = (m / Q80_GROUP_BLOCKS, m % Q80_GROUP_BLOCKS);
+        let dst = &mut out[g * Q80_GROUP..][..Q80_GROUP];
+        dst[32 * b..32 * b + 32].copy_from_slice(&src[2..]);
+        dst[512 + 2 * b..512 + 2 * b + 2].copy_from_slice(&src[..2]);
+    }
+    Some(out)
+}
+
 /// Bytes of a Q5_0 block (32 values) in GGUF and repacked for the device (kernels.cu `Q50_BYTES`;
 /// GGUF's under `LOCKSTEP_Q50_GGUF`).
 pub const Q50_BLOCK: usize = 22;
@@ -1875,6 +1903,36 @@ mod tests {
         } else {
             g + 1664 + 2 * idx + (o - 208)
         }
+    }
+
+    #[test]
+    fn q80_planes_hold_every_byte_where_the_kernels_look() {
+        // kernels.cu q8p_at: byte o of block s lies in group s / 16, member b = s % 16, at
+        // 32 b + o - 2 for the quants (o >= 2), at 512 + 2 b + o for d.
+        for blocks in [1usize, 15, 16, 17, 20 * 7, 49] {
+            let gguf: Vec<u8> = (0..blocks * Q80_BLOCK)
+                .map(|i| (i * 31 % 251) as u8)
+                .collect();
+            let planar = q80_planar(&gguf).expect("whole blocks");
+            assert_eq!(planar.len(), blocks.div_ceil(16) * Q80_GROUP);
+            let mut seen = vec![false; planar.len()];
+            for s in 0..blocks {
+                let (g, b) = (s / 16 * Q80_GROUP, s % 16);
+                for o in 0..Q80_BLOCK {
+                    let at = if o < 2 {
+                        g + 512 + 2 * b + o
+                    } else {
+                        g + 32 * b + o - 2
+                    };
+                    assert_eq!(planar[at], gguf[s * Q80_BLOCK + o], "block {s} byte {o}");
+                    assert!(!seen[at], "block {s} byte {o} lands on another's");
+                    seen[at] = true;
+                }
+            }
+            // the padding is zero blocks
+            assert!(planar.iter().zip(&seen).all(|(&v, &s)| s || v == 0));
+        }
+        assert!(q80_planar(&[0u8; 35]).is_none());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! a fast kernel: rows of fewer than 32 units, exactly 32 and more; odd and even row counts
 //! (the last warp with one row). The GPU runs (`check --ops`, the token hashes) then only confirm
 //! that the device does what the source says. The same harness, built twice, proves the device's
-//! Q6_K planes (`plan::q6k_planar`, kernels.cu `q6p_at`) give every row GGUF's blocks give.
+//! Q6_K and Q8_0 planes (`plan::q6k_planar`, `plan::q80_planar`; kernels.cu `q6p_at`, `q8p_at`)
+//! and the repacked Q5_0 blocks give every row GGUF's blocks give.
 
 mod common;
 
@@ -95,7 +96,7 @@ fn q6k_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Each row's (a warp a row, two rows a warp) bits as `emu` (one of run.sh's layout builds)
-/// prints them for the rows in `bytes` (Q6_K, or Q5_0 with `ty` "q5_0").
+/// prints them for the rows in `bytes` (Q6_K, or Q5_0 / Q8_0 with `ty` "q5_0" / "q8_0").
 fn layout_rows(emu: &std::path::Path, bytes: &[u8], k: usize, m: usize, ty: &str) -> Vec<String> {
     let file = emu.with_extension(format!("weights{ty}"));
     std::fs::write(&file, bytes).expect("write");
@@ -233,5 +234,32 @@ fn q50_device_blocks_compute_what_gguf_blocks_compute() {
         q50_rows,
         lockstep_backend_cuda::plan::q50_repacked,
         (4, 0x10),
+    );
+}
+
+/// Random Q8_0 rows (every block's `d` a small finite half), `m` rows of `k` values.
+fn q80_rows(k: usize, m: usize, seed: u64) -> Vec<u8> {
+    random_rows(k, m, seed, (32, 34), 1, 0x2C)
+}
+
+/// The Q8_0 planes (`plan::q80_planar`: each 16 blocks' quants, then their scales; kernels.cu
+/// `q8p_at` and `FastUnit<T_Q8_0>`, the default; GGUF's under `-DLOCKSTEP_Q80_GGUF`, knob
+/// `LOCKSTEP_CUDA_Q80_PLANAR=0`) give every fast mat-vec row bitwise what GGUF's 34-byte blocks
+/// give: both builds of the kernels' own source on the same rows, made planar by the backend's
+/// own function. Rows of 640 values (Gemma-3's LM head: 20 blocks, groups straddling rows), 576
+/// (SmolLM2's: 18) and 512 (a row two whole groups), odd and even row counts.
+#[test]
+fn q80_planes_compute_what_gguf_blocks_compute() {
+    if !gxx_or_skip() {
+        return;
+    }
+    // One bit of the first block's sixth quant.
+    check_layout(
+        "q80",
+        "q8_0",
+        &[(640, 13, 7), (576, 8, 8), (512, 9, 9)],
+        q80_rows,
+        lockstep_backend_cuda::plan::q80_planar,
+        (5, 0x10),
     );
 }

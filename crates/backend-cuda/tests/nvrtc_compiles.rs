@@ -294,7 +294,8 @@ fn the_timeline_build_compiles_with_its_records() {
 /// The builds the comparison knobs select (lib.rs: `LOCKSTEP_CUDA_EVICT_FIRST=0`,
 /// `LOCKSTEP_CUDA_Q8_SHUFFLE=1`, `LOCKSTEP_CUDA_LATE_LAUNCH=0`, `LOCKSTEP_CUDA_ATTN_PLAIN_LATE=1`,
 /// `LOCKSTEP_CUDA_LAUNCH_AT_ENTRY=1`,
-/// `LOCKSTEP_CUDA_Q6K_PLANAR=0`, `LOCKSTEP_CUDA_Q50_REPACK=0`, `LOCKSTEP_CUDA_KV=f16`)
+/// `LOCKSTEP_CUDA_Q6K_PLANAR=0`, `LOCKSTEP_CUDA_Q50_REPACK=0`, `LOCKSTEP_CUDA_Q80_PLANAR=0`,
+/// `LOCKSTEP_CUDA_KV=f16`)
 /// compile, so a later session's comparison does not start with a broken kernel; and the
 /// weights' evict-first policy is in the default build and only there.
 #[test]
@@ -311,6 +312,7 @@ fn the_comparison_builds_compile() {
         "-DLOCKSTEP_LAUNCH_AT_ENTRY",
         "-DLOCKSTEP_Q6K_GGUF",
         "-DLOCKSTEP_Q50_GGUF",
+        "-DLOCKSTEP_Q80_GGUF",
         "-DLOCKSTEP_KV_F16",
     ]);
     // Without LOCKSTEP_FAST_F32: also the exact kernels' build (and LOCKSTEP_CUDA_FAST_F64=1's),
