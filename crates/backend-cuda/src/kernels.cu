@@ -1354,7 +1354,13 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
                                       float* kn, float* qr, float* kr, kv_t* kc, kv_t* vc,
                                       const u32* slots, size_t base, const double* cs, int n_heads,
                                       int n_kv_heads, int head_dim, int half, int style,
-                                      int n_rows) { GRID_ENTER();
+                                      int n_rows) {
+    // Before the grid wait (session 48): the row's cache slot and (cos, sin) pairs (tables the
+    // host stages before the step's kernels run) and the head's norm weights (written only at
+    // upload), so that after the wait only q, k and v cross L2: with the pairs read after the
+    // norm, a Gemma-3 layer's rope_store took one more round trip (2.6 us a block).
+    TL_ENTRY();
+    GRID_LAUNCH();
     int row = blockIdx.x, hs = blockIdx.y;
     int q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
     bool store = true;
@@ -1363,11 +1369,12 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
 #endif
     size_t dst = (base + slots[row]) * kv_dim;
     if (hs >= n_heads + n_kv_heads) {
+        GRID_WAIT();
         int h = hs - n_heads - n_kv_heads;
         const float* src = v + (size_t)row * kv_dim + (size_t)h * head_dim;
         if (store)
             for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
-                vc[dst + (size_t)h * head_dim + d] = kv_of(src[d]);
+                vc[dst + (size_t)h * head_dim + d] = kv_of(__ldcg(src + d));
         return;
     }
     bool isq = hs < n_heads;
@@ -1378,23 +1385,33 @@ extern "C" __global__ void rope_store(const float* q, const float* k, const floa
     // The head (normed, when it has a norm) in shared memory: the rotation reads each value's
     // pair, which another thread loaded or normed.
     __shared__ float head[ROPE_MAX_HEAD];
+    __shared__ double s_cs[ROPE_MAX_HEAD];
     int t = threadIdx.x, bd = blockDim.x;
+    const double* c = cs + (size_t)row * half * 2;
+    // Not unrolled: the grid-wait audit counts the loads before the wait in the PTX and the
+    // SASS (as attention_decode_rope_early's).
+#pragma unroll 1
+    for (int x = t; x < 2 * half; x += bd) s_cs[x] = c[x];
+    float wv[NORM_MAXV];
+    if (nw != nullptr) norm_weights<NORM_MAXV>(nw, head_dim, bd, wv);
+    GRID_WAIT();
     float hv[NORM_MAXV], r[NORM_MAXV];
+    // Through L2 (ld.global.cg): what the kernel before wrote, never hoisted above the wait.
 #pragma unroll
-    for (int i = 0; i < NORM_MAXV; i++) hv[i] = t + i * bd < head_dim ? src[t + i * bd] : 0.0f;
+    for (int i = 0; i < NORM_MAXV; i++) hv[i] = t + i * bd < head_dim ? __ldcg(src + t + i * bd) : 0.0f;
     if (nw != nullptr) {
-        norm_regs(hv, nw, (isq ? qn : kn) + o, head_dim, eps, nullptr, nullptr, 0, r, bd);
+        norm_regs_w<NORM_MAXV>(hv, wv, (isq ? qn : kn) + o, head_dim, eps, nullptr, nullptr, 0, r, bd,
+                               nullptr, nullptr);
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) hv[i] = r[i];
     }
 #pragma unroll
     for (int i = 0; i < NORM_MAXV; i++)
         if (t + i * bd < head_dim) head[t + i * bd] = hv[i];
-    __syncthreads();
-    const double* c = cs + (size_t)row * half * 2;
+    __syncthreads();  // the head and the pairs
     float* out = (isq ? qr : kr) + o;
     for (int d = t; d < head_dim; d += bd) {
-        float rv = rope_elem(head, c, d, half, style);
+        float rv = rope_elem(head, s_cs, d, half, style);
         out[d] = rv;
         if (!isq && store) kc[dst + (size_t)h * head_dim + d] = kv_of(rv);
     }
