@@ -48,7 +48,14 @@ inline float att_cl_peer(const float* p, unsigned r) {
     std::memcpy(&v, g_cl_smem + r * g_cl_smem_bytes + off, 4);
     return v;
 }
+inline void att_cl_put(float* p, unsigned r, float v) {
+    size_t off = (size_t)((unsigned char*)p - (g_cl_smem + g_cl_rank * g_cl_smem_bytes));
+    std::memcpy(g_cl_smem + r * g_cl_smem_bytes + off, &v, 4);
+}
 inline void att_cl_sync() { g_cl_bar->arrive_and_wait(); }
+// The split barrier as one: every emulated block has started before any stores.
+inline void att_cl_arrive() {}
+inline void att_cl_wait() { g_cl_bar->arrive_and_wait(); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 inline float __int_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
 inline int __double2hiint(double d) { long long v; std::memcpy(&v, &d, 8); return (int)(v >> 32); }

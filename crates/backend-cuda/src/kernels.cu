@@ -2811,7 +2811,11 @@ ATTENTION_DECODE_ROPE(128)
 // attention_decode_256's thread layout scaled to a chunk of at most ATT_D_MAX_KEYS / CQ keys;
 // then, across the cluster's shared memory (distributed shared memory), block r combines
 // outputs [r, r + 1) x hpb x D / CQ: M = max m, w = exp(m - M) per block, O = sum(w acc) /
-// sum(w l), written and quantized (q8_block) as attention_decode writes them. Other sums than
+// sum(w l), written and quantized (q8_block) as attention_decode writes them. Each block stores
+// its m, l and the combiners' slices of its O into their shared memory (distributed shared
+// memory), then one cluster barrier: the combine reads only its own shared memory, and no
+// block waits at a second barrier for its peers' reads before it leaves (session 48; the
+// combine read its peers' m, l and O after the barrier, in two rounds, then a second barrier). Other sums than
 // attention_decode_256's (a function of the row's key count and CQ only: batch-invariant as
 // the unsplit one), so other bits; held to verify's bound as it is. The host runs it where it
 // has it (sm_90: clusters) for heads of 256 without rope_store's work (plan::decode_cluster).
@@ -2831,22 +2835,22 @@ struct AttClShape {
     static_assert(G * D / CQ >= 32 && G * D / CQ <= ATT_CL_THREADS, "a block's share of the outputs");
 };
 
-// A block's shared memory (the cluster reads s_acc, s_m and s_l of every block).
+// A block's shared memory (every block of the cluster writes r_acc, r_m and r_l).
 template <int CQ>
 struct AttClSmem {
     using S = AttClShape<CQ>;
     float s_a[S::P * S::G * S::KPB];   // the scores' parts
     float s_pv[S::KG * S::G * S::D];   // the key groups' O sums
     float s_q[S::G * S::D];
-    float s_acc[S::G * S::D];          // the block's O
+    float r_acc[S::G * S::D];          // received: block r's O on this block's outputs, at r * per
     float s_p[S::G * S::KPB];
-    float s_m[S::G], s_l[S::G];        // the block's max and sum
+    float r_m[CQ * S::G], r_l[CQ * S::G];  // received: block r's max and sum of head i, at r * G + i
     u32 s_slot[S::KPB];
     unsigned char s_vis[S::KPB];
 };
 
 // The cluster's primitives: the block's rank, a float of block r's shared memory at the address
-// `p` has in this block's, the cluster's barrier. bench/attn_emu's shim (ATT_CL_EMULATED) has
+// `p` has in this block's (read, or written), the cluster's barrier. bench/attn_emu's shim (ATT_CL_EMULATED) has
 // its own, with a copy of the shared memory per block of a cluster it runs at once.
 #ifndef ATT_CL_EMULATED
 template <int CQ>
@@ -2866,9 +2870,19 @@ __device__ __forceinline__ float att_cl_peer(const float* p, unsigned r) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
     return v;
 }
+__device__ __forceinline__ void att_cl_put(float* p, unsigned r, float v) {
+    unsigned a, s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(s), "r"(r));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
+}
 __device__ __forceinline__ void att_cl_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
+// A block arrives at its entry and waits before its first store into a peer's shared memory:
+// every block of the cluster has then started (a block's shared memory is not there to write
+// before it runs).
+__device__ __forceinline__ void att_cl_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void att_cl_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 #endif
 
 template <int CQ>
@@ -2881,9 +2895,10 @@ __device__ __forceinline__ void attention_decode_cl_body(
     constexpr int KG = S::KG, KPT = S::KPT, THREADS = ATT_CL_THREADS;
     const float NEG_INF = __int_as_float(0xff800000);
     TL_ENTRY();
+    att_cl_arrive();
     AttClSmem<CQ>& sm = att_cl_smem<CQ>();
-    float *s_a = sm.s_a, *s_pv = sm.s_pv, *s_q = sm.s_q, *s_acc = sm.s_acc, *s_p = sm.s_p;
-    float *s_m = sm.s_m, *s_l = sm.s_l;
+    float *s_a = sm.s_a, *s_pv = sm.s_pv, *s_q = sm.s_q, *r_acc = sm.r_acc, *s_p = sm.s_p;
+    float *r_m = sm.r_m, *r_l = sm.r_l;
     u32* s_slot = sm.s_slot;
     unsigned char* s_vis = sm.s_vis;
     const unsigned rank = att_cl_rank();
@@ -2966,6 +2981,7 @@ __device__ __forceinline__ void attention_decode_cl_body(
     __syncthreads();
     PLAIN_ATT_LATE_LAUNCH();
     TL_MARK(6);
+    att_cl_wait();  // every block has started: its shared memory takes stores
     // The block's softmax, a warp a head, a lane a key.
     for (int i = warp; i < hpb; i += THREADS / 32) {
         int h = att_query_head(kh, h0 + i, group, n_kv_heads);
@@ -2985,9 +3001,10 @@ __device__ __forceinline__ void attention_decode_cl_body(
         float l = p;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-        if (lane == 0) {
-            s_m[i] = m;
-            s_l[i] = l;
+        // to every block of the cluster (lane r to block r)
+        if (lane < CQ) {
+            att_cl_put(&r_m[rank * G + i], lane, m);
+            att_cl_put(&r_l[rank * G + i], lane, l);
         }
     }
     __syncthreads();
@@ -3006,30 +3023,31 @@ __device__ __forceinline__ void attention_decode_cl_body(
         *(float4*)(s_pv + ((size_t)vkg * G + i) * D + 4 * vc4) = a;
     }
     __syncthreads();
+    int per = hpb * D / CQ;  // a multiple of 32: whole warps, whole q8 blocks
+    // The block's O, each value to the block that combines it (output x: block x / per).
     for (int x = tid; x < hpb * D; x += THREADS) {
         int i = x / D, d = x - i * D;
         float a = 0.f;
 #pragma unroll
         for (int g = 0; g < KG; g++) a += s_pv[((size_t)g * G + i) * D + d];
-        s_acc[x] = a;
+        att_cl_put(&r_acc[(int)rank * per + x % per], (unsigned)(x / per), a);
     }
     TL_MARK(8);
-    att_cl_sync();  // every block's m, l and O
-    int per = hpb * D / CQ;  // a multiple of 32: whole warps, whole q8 blocks
+    att_cl_sync();  // every block's m, l and O are in
     if (tid < per) {
         int x = (int)rank * per + tid, i = x / D, d = x - i * D;
         float mq[CQ], M = NEG_INF;
 #pragma unroll
         for (int r = 0; r < CQ; r++) {
-            mq[r] = att_cl_peer(&s_m[i], r);
+            mq[r] = r_m[r * G + i];
             M = fmaxf(M, mq[r]);
         }
         float L = 0.f, O = 0.f;
 #pragma unroll
         for (int r = 0; r < CQ; r++) {
             float w = mq[r] == NEG_INF ? 0.f : expf(mq[r] - M);
-            L += att_cl_peer(&s_l[i], r) * w;
-            O += att_cl_peer(&s_acc[x], r) * w;
+            L += r_l[r * G + i] * w;
+            O += r_acc[r * per + tid] * w;
         }
         float v = L > 0.f ? O / L : 0.f;
         size_t o = (size_t)row * q_dim + (size_t)att_query_head(kh, h0 + i, group, n_kv_heads) * D + d;
@@ -3037,7 +3055,6 @@ __device__ __forceinline__ void attention_decode_cl_body(
         if (q8q != nullptr) q8_block(v, q8q, q8d, o / 32);
     }
     TL_MARK(9);
-    att_cl_sync();  // no block leaves while another reads its shared memory
 }
 
 #define ATTENTION_DECODE_CL(CQ)                                                                   \
