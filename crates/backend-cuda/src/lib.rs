@@ -5278,6 +5278,27 @@ mod tests {
         // The limits the host checks before the fused kernels.
         assert!(KERNEL_SOURCE.contains(&format!("#define NORM_MAXV {}", plan::NORM_MAXV)));
         assert!(KERNEL_SOURCE.contains(&format!("#define ROPE_MAX_HEAD {}", plan::ROPE_MAX_HEAD)));
+        // The plane groups the host uploads at (`plan::q6k_planar`, `plan::q80_planar`) are the
+        // ones `q6p_at` and `q8p_at` find a block's group and member by.
+        for (define, group, block, members) in [
+            (
+                "Q6P_GROUP",
+                plan::Q6K_GROUP,
+                plan::Q6K_BLOCK,
+                plan::Q6K_GROUP_BLOCKS,
+            ),
+            (
+                "Q8P_GROUP",
+                plan::Q80_GROUP,
+                plan::Q80_BLOCK,
+                plan::Q80_GROUP_BLOCKS,
+            ),
+        ] {
+            assert!(KERNEL_SOURCE.contains(&format!("#define {define} {group}")));
+            assert!(
+                KERNEL_SOURCE.contains(&format!("(int)(((size_t)b / {block}) & {})", members - 1))
+            );
+        }
         // The tiled attention's geometry is the one `plan::attention_tile` sizes.
         for (define, v) in [
             ("ATT_T_THREADS", plan::ATT_TILE_THREADS),
