@@ -69,6 +69,10 @@ pub fn signature(name: &str) -> Option<&'static [Kind]> {
     const NORM_MMV3: &[Kind] = &[
         KP, KP, KP, KP, KP, KP, KP, KI, KF, KI, KP, KP, KP, KP, KP, KP, KP, KP, KI, KI, KI,
     ];
+    // NORM_MMV3_ARGS, then the scale
+    const SCALE_NORM_MMV3: &[Kind] = &[
+        KP, KP, KP, KP, KP, KP, KP, KI, KF, KI, KP, KP, KP, KP, KP, KP, KP, KP, KI, KI, KI, KF,
+    ];
     const NORM_GATE_UP: &[Kind] = &[
         KP, KP, KP, KP, KP, KP, KP, KI, KF, KI, KP, KP, KP, KP, KP, KP, KP, KI, KI, KD,
     ];
@@ -84,6 +88,7 @@ pub fn signature(name: &str) -> Option<&'static [Kind]> {
         "embed_rows" => EMBED,
         "rms_norm" => RMS_NORM,
         "norm_mmv3_fast1_3" => NORM_MMV3,
+        "scale_norm_mmv3_fast1_3" => SCALE_NORM_MMV3,
         "norm_gate_up_fast1_3" => NORM_GATE_UP,
         "mmv3_fast1_3" => MMV3,
         "mmv_fast1_3" => MMV,
@@ -249,7 +254,45 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
         .ok_or("no embed_rows")?;
     let embed = &chain[e];
     let x0 = ptr(embed, 2)?;
-    // Layer 0's attention norm and q/k/v.
+    // Layer 0's attention norm and q/k/v: one launch (`Backend::scale_norm_then` without a
+    // scale), or rms_norm then mmv3_fast1_3.
+    if let Some(sn) = chain
+        .get(e + 1)
+        .filter(|c| c.name == "scale_norm_mmv3_fast1_3")
+    {
+        expect(ptr(sn, 0)? == x0, || {
+            "layer 0's norm does not read the embedding".into()
+        })?;
+        // No residual sum, no post norm, no scale (a scaled row would be written to `sum`).
+        for j in [1, 2, 3, 4] {
+            expect(ptr(sn, j)? == 0, || {
+                format!("layer 0's norm argument {j} is set")
+            })?;
+        }
+        expect(
+            (int(sn, 7)?, int(sn, 9)?, flt(sn, 21)?) == (D, NORM_THREADS, 1.0)
+                && (int(sn, 18)?, int(sn, 19)?, int(sn, 20)?)
+                    == (
+                        N_HEADS * HEAD_DIM,
+                        N_KV_HEADS * HEAD_DIM,
+                        N_KV_HEADS * HEAD_DIM,
+                    ),
+            || "layer 0's norm and q/k/v shapes".into(),
+        )?;
+        expect(ptr(sn, 10)? != 0 && ptr(sn, 11)? != 0, || {
+            "layer 0's norm does not quantize".into()
+        })?;
+        return layers_from(
+            chain,
+            e,
+            x0,
+            flt(sn, 8)?,
+            ptr(sn, 5)?,
+            [ptr(sn, 12)?, ptr(sn, 13)?, ptr(sn, 14)?],
+            [ptr(sn, 15)?, ptr(sn, 16)?, ptr(sn, 17)?],
+            e + 2,
+        );
+    }
     let rn = named(chain, e + 1, "rms_norm")?;
     expect(ptr(rn, 0)? == x0, || {
         "rms_norm does not read the embedding".into()
@@ -280,14 +323,39 @@ pub fn plan(chain: &[Call]) -> Result<Plan, String> {
         ),
         || "q/k/v shapes".into(),
     )?;
-    let mut attn_norm = ptr(rn, 1)?;
-    let (mut wq, mut wk, mut wv) = (ptr(m3, 0)?, ptr(m3, 1)?, ptr(m3, 2)?);
-    let (mut yq, mut yk, mut yv) = (ptr(m3, 5)?, ptr(m3, 6)?, ptr(m3, 7)?);
+    layers_from(
+        chain,
+        e,
+        x0,
+        eps,
+        ptr(rn, 1)?,
+        [ptr(m3, 0)?, ptr(m3, 1)?, ptr(m3, 2)?],
+        [ptr(m3, 5)?, ptr(m3, 6)?, ptr(m3, 7)?],
+        e + 3,
+    )
+}
+
+/// [`plan`] from layer 0's attention (chain index `i`) on: `e` the embedding's index, `x0` its
+/// row, layer 0's norm weights, q/k/v weights and outputs as its first launches had them.
+#[allow(clippy::too_many_arguments)]
+fn layers_from(
+    chain: &[Call],
+    e: usize,
+    x0: u64,
+    eps: f32,
+    attn_norm: u64,
+    w: [u64; 3],
+    y: [u64; 3],
+    i: usize,
+) -> Result<Plan, String> {
+    let mut attn_norm = attn_norm;
+    let [mut wq, mut wk, mut wv] = w;
+    let [mut yq, mut yk, mut yv] = y;
     let mut residual = x0;
     let mut layers = Vec::new();
     let mut shared: Option<AttShared> = None;
     let mut act = None;
-    let mut i = e + 3;
+    let mut i = i;
     loop {
         let l = layers.len();
         let at = named(chain, i, "attention_decode_rope_64")?;
@@ -721,6 +789,71 @@ pub(crate) mod tests {
         }
     }
 
+    /// `chain(n)` with layer 0's rms_norm and mmv3_fast1_3 as the one launch
+    /// `scale_norm_mmv3_fast1_3` (no scale) makes of them.
+    fn chain_layer0_fused(n: usize) -> Vec<Call> {
+        let mut c = chain(n);
+        let (rn, m3) = (c[1].args.clone(), c[2].args.clone());
+        let fused = call(
+            "scale_norm_mmv3_fast1_3",
+            vec![
+                rn[0],
+                AP(0),
+                AP(0),
+                AP(0),
+                AP(0),
+                rn[1],
+                rn[2],
+                AI(576),
+                rn[4],
+                AI(256),
+                rn[5],
+                rn[6],
+                m3[0],
+                m3[1],
+                m3[2],
+                m3[5],
+                m3[6],
+                m3[7],
+                AI(576),
+                AI(192),
+                AI(192),
+                AF(1.0),
+            ],
+        );
+        c.splice(1..3, [fused]);
+        c
+    }
+
+    #[test]
+    fn a_chain_whose_layer_0_norm_is_inside_its_q_k_v_is_planned_the_same() {
+        for n in [1, 2, 30] {
+            let (two, one) = (chain(n), chain_layer0_fused(n));
+            let (a, b) = (
+                plan(&two).expect("two launches"),
+                plan(&one).expect("one launch"),
+            );
+            assert_eq!((b.first, b.last), (1, 1 + 6 * n), "{n} layers");
+            assert_eq!(a.layers, b.layers);
+            assert_eq!(a.args, b.args);
+            assert_eq!(a.out, b.out);
+        }
+        // A scaled row (Gemma's embedding scale), a residual sum, another row or block size.
+        let good = chain_layer0_fused(2);
+        for (j, bad, why) in [
+            (21, AF(24.0), "shapes"),
+            (4, AP(0x77), "argument 4"),
+            (1, AP(0x78), "argument 1"),
+            (9, AI(512), "shapes"),
+            (10, AP(0), "quantize"),
+        ] {
+            let mut c = good.clone();
+            c[1].args[j] = bad;
+            let e = plan(&c).unwrap_err();
+            assert!(e.contains(why), "argument {j}: {e}");
+        }
+    }
+
     #[test]
     fn anything_else_keeps_the_captured_kernels() {
         let good = chain(3);
@@ -830,6 +963,10 @@ pub(crate) mod tests {
             ("residual_norm", "__launch_bounds__(1024) residual_norm("),
             ("quantize_q8_32", "__global__ void quantize_q8_32("),
             ("norm_mmv3_fast1_3", "norm_mmv3_fast1_##TY("),
+            (
+                "scale_norm_mmv3_fast1_3",
+                "__launch_bounds__(NORM_FUSED_THREADS) NAME(",
+            ),
             ("norm_gate_up_fast1_3", "norm_gate_up_fast1_##TY("),
             ("mmv_fast1_3", "mmv_##NAME##_##TY("),
             ("mmv3_fast1_3", "mmv3_##NAME##_##TY("),

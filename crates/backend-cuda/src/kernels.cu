@@ -1230,10 +1230,19 @@ extern "C" __global__ void __launch_bounds__(1024) rms_norm(const float* x, cons
 // parts SMs instead of one.
 extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a, const float* b, const float* pw, float* bn,
                                          float* sum, const float* w, float* out, int g, float eps,
-                                         signed char* q, Q8Blk* ds) { NORM_ENTER();
+                                         signed char* q, Q8Blk* ds) {
     size_t o = (size_t)blockIdx.x * g;
     int t = threadIdx.x, bd = blockDim.x, part = blockIdx.y, parts = gridDim.y;
     float av[NORM_MAXV], bv[NORM_MAXV], r[NORM_MAXV];
+#ifndef LOCKSTEP_RN_WEIGHTS_LATE
+    // The norms' weights before the grid wait (written only at upload), as the fused kernels
+    // load theirs: the output norm's weights were read after the post norm's reductions, an
+    // L2 round trip on the step's path between the last layer and the LM head.
+    float pwv[NORM_MAXV], wv[NORM_MAXV];
+    if (pw != nullptr) norm_weights<NORM_MAXV>(pw, g, bd, pwv);
+    if (w != nullptr) norm_weights<NORM_MAXV>(w, g, bd, wv);
+#endif
+    NORM_ENTER();
 #pragma unroll
     for (int i = 0; i < NORM_MAXV; i++) {
         bool in = t + i * bd < g;
@@ -1241,7 +1250,12 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
         bv[i] = in ? b[o + t + i * bd] : 0.0f;
     }
     if (pw != nullptr) {
+#ifndef LOCKSTEP_RN_WEIGHTS_LATE
+        norm_regs_w<NORM_MAXV>(bv, pwv, bn + o, g, eps, nullptr, nullptr, 0, r, bd, nullptr,
+                               nullptr, part, parts);
+#else
         norm_regs(bv, pw, bn + o, g, eps, nullptr, nullptr, 0, r, bd, part, parts);
+#endif
 #pragma unroll
         for (int i = 0; i < NORM_MAXV; i++) bv[i] = r[i];
     }
@@ -1252,7 +1266,13 @@ extern "C" __global__ void __launch_bounds__(1024) residual_norm(const float* a,
     }
     NORM_LAUNCH_AFTER_LOADS();
     TL_MARK(1);
+#ifndef LOCKSTEP_RN_WEIGHTS_LATE
+    if (w != nullptr)
+        norm_regs_w<NORM_MAXV>(av, wv, out + o, g, eps, q, ds, o >> 5, r, bd, nullptr, nullptr,
+                               part, parts);
+#else
     if (w != nullptr) norm_regs(av, w, out + o, g, eps, q, ds, o >> 5, r, bd, part, parts);
+#endif
     TL_MARK(9);
 }
 
@@ -4297,13 +4317,17 @@ struct NormFusedWeights {
     float pw[NORM_FUSED_NV], w[NORM_FUSED_NV];
 };
 
+// SCALED (scale_norm_mmv3_fast1_<id>, layer 0's input, no residual sum): the row is a alone,
+// times s as the scale kernel multiplies it when sum is given (then written there: the scaled
+// row), as it is when not; b and pw are not read.
+template <bool SCALED = false>
 __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
                                                 const float* __restrict__ b,
                                                 const float* __restrict__ pw, float* bn,
                                                 float* sum, const NormFusedWeights& nwv,
                                                 float* out, int g, float eps, int nt,
                                                 signed char* q, Q8Blk* ds, signed char* sq,
-                                                Q8Blk* sd) {
+                                                Q8Blk* sd, float s = 1.0f) {
     constexpr int NV = NORM_FUSED_NV;
     bool first = blockIdx.x == 0;
     int t = threadIdx.x;
@@ -4318,7 +4342,21 @@ __device__ __forceinline__ void norm_row_shared(const float* __restrict__ a,
         // showed why, session 13). The audit in nvrtc_compiles.rs (audit.rs) now fails a build
         // whose SASS runs any load ahead of a wait that its PTX puts after it.
         av[i] = in ? __ldcg(a + t + i * nt) : 0.0f;
-        bv[i] = in ? __ldcg(b + t + i * nt) : 0.0f;
+        bv[i] = (in && !SCALED) ? __ldcg(b + t + i * nt) : 0.0f;
+    }
+    if constexpr (SCALED) {
+        if (sum != nullptr) {
+#pragma unroll
+            for (int i = 0; i < NV; i++) {
+                av[i] = av[i] * s;
+                if (first && t < nt && t + i * nt < g) sum[t + i * nt] = av[i];
+            }
+        }
+        TL_MARK(1);
+        norm_regs_w<NV, true>(av, nwv.w, first ? out : nullptr, g, eps, sq, sd, 0, r, nt,
+                              first ? q : nullptr, first ? ds : nullptr, 0, 1, 2, 2);
+        TL_MARK(3);
+        return;
     }
     // Timeline builds: mark 7 once the thread's loads have arrived (the test below waits for
     // them), mark 8 once the post norm is done, so the prologue's time splits into the loads,
@@ -4383,10 +4421,11 @@ struct FusedFirst {
     __shared__ __align__(16) signed char sq[NORM_FUSED_MAX];                                      \
     __shared__ Q8Blk sd[NORM_FUSED_MAX / 32];                                                     \
     NormFusedWeights nwv = norm_fused_weights(pw, nw, g, nt);
-#define NORM_GATE                                                                                 \
+#define NORM_GATE_OF(SCALED, S)                                                                   \
     GRID_WAIT();                                                                                  \
-    norm_row_shared(a, b, pw, bn, sum, nwv, out, g, eps, nt, q, ds, sq, sd);                      \
+    norm_row_shared<SCALED>(a, b, pw, bn, sum, nwv, out, g, eps, nt, q, ds, sq, sd, S);           \
     __syncthreads();
+#define NORM_GATE NORM_GATE_OF(false, 1.0f)
 
 // norm_mmv3_fast1_<id>: the norm, then q, k and v (mmv3_fast1's rows, blockDim.x / 32 a
 // block). norm_gate_up_fast1_<id>: the norm, then gate_up_fast1's rows. norm_gate_up_q8_fast1
@@ -4394,11 +4433,12 @@ struct FusedFirst {
 // gate_up_q8_fast1 does. Every warp runs NORM_GATE (a warp without a row too).
 // norm_mmv3_fast1's body, q and k of type TY, v of TYV: each warp loads its row's first units
 // (of its weight's type; a block of one type holds one unit's registers) before the gate.
-template <int TY, int TYV>
+template <int TY, int TYV, bool SCALED = false>
 __device__ __forceinline__ void norm_mmv3_body(NORM_IN_ARGS, const NormFusedWeights& nwv,
                                                signed char* sq, Q8Blk* sd, const u8* W0,
                                                const u8* W1, const u8* W2, float* y0, float* y1,
-                                               float* y2, int m0, int m1, int m2) {
+                                               float* y2, int m0, int m1, int m2,
+                                               float s = 1.0f) {
     int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const u8* W = nullptr;
     float* y = nullptr;
@@ -4414,7 +4454,7 @@ __device__ __forceinline__ void norm_mmv3_body(NORM_IN_ARGS, const NormFusedWeig
     if constexpr (TY == TYV) {
         FusedFirst<TY, false> f;
         if (W != nullptr) f.load(W, nullptr, rr, g);
-        NORM_GATE
+        NORM_GATE_OF(SCALED, s)
         if (W != nullptr)
             fast_rows<TY, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr, 0,
                                                         g, m, rr, 0, 0.0, &f.w);
@@ -4423,7 +4463,7 @@ __device__ __forceinline__ void norm_mmv3_body(NORM_IN_ARGS, const NormFusedWeig
         FusedFirst<TYV, false> fv;
         if (isv) fv.load(W, nullptr, rr, g);
         else if (W != nullptr) f.load(W, nullptr, rr, g);
-        NORM_GATE
+        NORM_GATE_OF(SCALED, s)
         if (isv)
             fast_rows<TYV, 1, false, false, false, true>(W, nullptr, sq, sd, y, nullptr, nullptr,
                                                          0, g, m, rr, 0, 0.0, &fv.w);
@@ -4488,6 +4528,28 @@ NORM_FUSED(14)
         NORM_MMV3_CALL(TY, TYV)                                                                   \
     }
 MIXED_QKV_FOR(NORM_MMV3_MIXED)
+// scale_norm_mmv3_fast1_<id>[_<v id>]: layer 0's q/k/v with its norm and the embedding's scale
+// (Backend::scale_norm_then): norm_mmv3_fast1's body on the row a (times s, written to sum,
+// when sum is given), no residual sum; b, pw and bn are not read (the host passes null).
+#define SCALE_NORM_MMV3(NAME, TY, TYV)                                                             \
+    extern "C" __global__ void __launch_bounds__(NORM_FUSED_THREADS) NAME(NORM_MMV3_ARGS,         \
+                                                                          float s) {              \
+        NORM_GATE_SETUP                                                                           \
+        norm_mmv3_body<TY, TYV, true>(a, b, pw, bn, sum, nw, out, g, eps, nt, q, ds, nwv, sq, sd, \
+                                      W0, W1, W2, y0, y1, y2, m0, m1, m2, s);                     \
+    }
+#define SCALE_NORM_MMV3_ONE(TY) SCALE_NORM_MMV3(scale_norm_mmv3_fast1_##TY, TY, TY)
+#define SCALE_NORM_MMV3_PAIR(TY, TYV) \
+    SCALE_NORM_MMV3(scale_norm_mmv3_fast1_##TY##_##TYV, TY, TYV)
+SCALE_NORM_MMV3_ONE(2)
+SCALE_NORM_MMV3_ONE(3)
+SCALE_NORM_MMV3_ONE(6)
+SCALE_NORM_MMV3_ONE(7)
+SCALE_NORM_MMV3_ONE(8)
+SCALE_NORM_MMV3_ONE(12)
+SCALE_NORM_MMV3_ONE(13)
+SCALE_NORM_MMV3_ONE(14)
+MIXED_QKV_FOR(SCALE_NORM_MMV3_PAIR)
 // The same pairs for a decode q/k/v whose norm runs on its own (layer 0's, after rms_norm;
 // rows longer than NORM_LONG_MAX; LOCKSTEP_CUDA_NORM_LONG=0): mmv3_fast2r_<TY>'s rows, the v rows of TYV two a warp as well
 // (fast_rows_nr<TYV, 2>, bitwise mmv_fast1_<TYV>'s, as every two-row warp is), so such a layer's
@@ -4617,6 +4679,29 @@ NORM_LONG(13)
 NORM_LONG(14)
 #define NORM_LONG_MIXED(TY, TYV) NORM_LONG_MMV3(norm_long_mmv3_##TY##_##TYV, TY, TYV)
 MIXED_QKV_FOR(NORM_LONG_MIXED)
+// scale_norm_long_mmv3_<id>[_<v id>]: layer 0's q/k/v of a long row (Backend::scale_norm_then),
+// as scale_norm_mmv3_fast1 is for short ones: the row a alone, times s when sum is given.
+#define SCALE_NORM_LONG_MMV3(NAME, TY, TYV)                                                        \
+    extern "C" __global__ void __launch_bounds__(1024) NAME(NORM_MMV3_ARGS, float s) {             \
+        NORM_LONG_SETUP                                                                            \
+        norm_long_mmv3_rows<TY, TYV>(sq, sd, W0, W1, W2, y0, y1, y2, g, m0, m1, m2, r0_, stride_,  \
+                                     true);                                                        \
+        NORM_GATE_OF(true, s)                                                                      \
+        norm_long_mmv3_rows<TY, TYV>(sq, sd, W0, W1, W2, y0, y1, y2, g, m0, m1, m2, r0_, stride_,  \
+                                     false);                                                       \
+    }
+#define SCALE_NORM_LONG_ONE(TY) SCALE_NORM_LONG_MMV3(scale_norm_long_mmv3_##TY, TY, TY)
+#define SCALE_NORM_LONG_PAIR(TY, TYV) \
+    SCALE_NORM_LONG_MMV3(scale_norm_long_mmv3_##TY##_##TYV, TY, TYV)
+SCALE_NORM_LONG_ONE(2)
+SCALE_NORM_LONG_ONE(3)
+SCALE_NORM_LONG_ONE(6)
+SCALE_NORM_LONG_ONE(7)
+SCALE_NORM_LONG_ONE(8)
+SCALE_NORM_LONG_ONE(12)
+SCALE_NORM_LONG_ONE(13)
+SCALE_NORM_LONG_ONE(14)
+MIXED_QKV_FOR(SCALE_NORM_LONG_PAIR)
 NORM_FUSED_Q8(2)
 NORM_FUSED_Q8(3)
 NORM_FUSED_Q8(6)

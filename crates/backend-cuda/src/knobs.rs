@@ -15,6 +15,7 @@
 //! | `SPLIT_SQRT=1` (kernel define `ATT_S_SQRT_SPANS` + 8 blocks an SM) | spans of whole chunks in one wave | session 31's spans of ceil(sqrt(n) / 2) keys (other rounding) |
 //! | `FLASH_WARPS=N` | `plan::flash_geometry` | warps a flash block (a tuning knob; not held bitwise) |
 //! | `NORM_FUSE=0` | the norm inside its consumer (rows up to 1024) | `residual_norm`, then the consumer |
+//! | `SCALE_NORM=0` | layer 0's embedding scale and norm inside its q/k/v launch (rows up to 1024) | `scale`, `rms_norm`, then the q/k/v |
 //! | `NORM_PARTS=0` | long rows' `residual_norm` over several blocks | one block |
 //! | `GATE_UP_Q8=0` | 32-row gate/up blocks quantize for the down projection | a separate quantizer |
 //! | `NORM_GATE_UP_Q8=1` | norm-fused gate/up on 8-row blocks, then the quantizer | 32-row quantizing blocks |
@@ -353,6 +354,14 @@ pub(crate) fn mixed_qkv_two_rows_knob() -> bool {
 pub(crate) fn norm_fuse_knob() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_NORM_FUSE").map_or(true, |v| v != "0"))
+}
+
+/// Whether one-row `scale_norm_then` (layer 0's embedding scale, norm and q/k/v) runs in one
+/// launch (`scale_norm_mmv3_fast1_*`); `LOCKSTEP_CUDA_SCALE_NORM=0` runs `scale`, `rms_norm`
+/// and the q/k/v launch (the same values bitwise), for comparison. Read once.
+pub(crate) fn scale_norm_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_SCALE_NORM").map_or(true, |v| v != "0"))
 }
 
 /// Whether one-row `residual_norm_then` of rows longer than `plan::NORM_FUSED_MAX`

@@ -31,9 +31,10 @@ use cudarc::driver::{
 };
 use lockstep_graph::{
     emit_roped, nucleus_len, residual_norm_then_unfused, residual_norm_unfused,
-    rope_store_attention_unfused, rope_store_unfused, Activation, AttentionParams, Backend,
-    BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary, NormThen, QkRoped, QkvIn,
-    Residual, ResidualThen, RopeParams, RopeStyle, RowPick, StepKey, StepOut, Taps, WeightView,
+    rope_store_attention_unfused, rope_store_unfused, scale_norm_then_unfused, Activation,
+    AttentionParams, Backend, BackendError, Batch, HostTensor, KvLayout, LogitsOut, LogitsSummary,
+    NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, RowPick,
+    ScaleNormThen, StepKey, StepOut, Taps, WeightView,
 };
 
 pub mod audit;
@@ -325,6 +326,13 @@ struct Kernels {
     mixed_mm3: Vec<((i32, i32), CudaFunction)>,
     /// The same pairs without the norm, two rows a warp (`mmv3_fast2r_<q>_<v>`).
     mixed_mm3_2r: Vec<((i32, i32), CudaFunction)>,
+    /// `scale_norm_then`'s one-row q/k/v with the norm (and the embedding's scale) inside, by
+    /// type and by pair (`scale_norm_mmv3_fast1_<id>[_<v id>]`).
+    scale_norm_mm3: Vec<(i32, CudaFunction)>,
+    mixed_scale_mm3: Vec<((i32, i32), CudaFunction)>,
+    /// The same for long rows (`scale_norm_long_mmv3_<id>[_<v id>]`, `plan::norm_fuses_long`).
+    scale_long_mm3: Vec<(i32, CudaFunction)>,
+    mixed_scale_long_mm3: Vec<((i32, i32), CudaFunction)>,
     norm_gu: Vec<(i32, CudaFunction)>,
     norm_gu_q8: Vec<(i32, CudaFunction)>,
     /// The same for rows longer than `plan::NORM_FUSED_MAX` (`plan::norm_fuses_long`): q/k/v
@@ -966,6 +974,10 @@ impl CudaBackend {
         let mut mixed_mm3 = Vec::new();
         let mut mixed_mm3_2r = Vec::new();
         let mut mixed_long_mm3 = Vec::new();
+        let mut scale_norm_mm3 = Vec::new();
+        let mut mixed_scale_mm3 = Vec::new();
+        let mut scale_long_mm3 = Vec::new();
+        let mut mixed_scale_long_mm3 = Vec::new();
         for &(qk, v) in plan::MIXED_QKV {
             let (a, b) = (qk.id(), v.id());
             mixed_mm3.push((
@@ -974,6 +986,14 @@ impl CudaBackend {
             ));
             mixed_long_mm3.push(((a as i32, b as i32), f(&format!("norm_long_mmv3_{a}_{b}"))?));
             mixed_mm3_2r.push(((a as i32, b as i32), f(&format!("mmv3_fast2r_{a}_{b}"))?));
+            mixed_scale_mm3.push((
+                (a as i32, b as i32),
+                f(&format!("scale_norm_mmv3_fast1_{a}_{b}"))?,
+            ));
+            mixed_scale_long_mm3.push((
+                (a as i32, b as i32),
+                f(&format!("scale_norm_long_mmv3_{a}_{b}"))?,
+            ));
         }
         let mut norm_gu = Vec::new();
         let mut norm_gu_q8 = Vec::new();
@@ -998,6 +1018,8 @@ impl CudaBackend {
             fast_mm3.push((id as i32, two("mmv3")?));
             fast_gu_q8.push((id as i32, f(&format!("gate_up_q8_fast1_{id}"))?));
             norm_mm3.push((id as i32, f(&format!("norm_mmv3_fast1_{id}"))?));
+            scale_norm_mm3.push((id as i32, f(&format!("scale_norm_mmv3_fast1_{id}"))?));
+            scale_long_mm3.push((id as i32, f(&format!("scale_norm_long_mmv3_{id}"))?));
             norm_gu.push((id as i32, f(&format!("norm_gate_up_fast1_{id}"))?));
             norm_long_mm3.push((id as i32, f(&format!("norm_long_mmv3_{id}"))?));
             norm_long_gu.push((id as i32, f(&format!("norm_long_gate_up_{id}"))?));
@@ -1076,6 +1098,10 @@ impl CudaBackend {
             norm_mm3,
             mixed_mm3,
             mixed_mm3_2r,
+            scale_norm_mm3,
+            mixed_scale_mm3,
+            scale_long_mm3,
+            mixed_scale_long_mm3,
             norm_gu,
             norm_gu_q8,
             norm_long_mm3,
@@ -4112,6 +4138,143 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn scale_norm_then(
+        &self,
+        x: &CudaTensor,
+        scale: Option<f32>,
+        norm: &CudaWeight,
+        eps: f32,
+        then: NormThen<'_, CudaWeight>,
+    ) -> ScaleNormThen<CudaTensor> {
+        let (n, g) = (x.rows, x.cols);
+        let fast =
+            |w: &CudaWeight| w.cols == g && plan::FAST.iter().any(|t| t.id() as i32 == w.desc.id);
+        let NormThen::Qkv { wq, wk, wv } = then else {
+            return scale_norm_then_unfused(self, x, scale, norm, eps, then);
+        };
+        // Rows longer than the fused blocks take: the long kernels' grid, as in
+        // `residual_norm_then`.
+        let long = !plan::norm_fuses(n, g) && plan::norm_fuses_long(n, g) && norm_long_knob();
+        if self.numerics != Numerics::Fast
+            || !norm_fuse_knob()
+            || !scale_norm_knob()
+            || !(plan::norm_fuses(n, g) || long)
+            || !(norm.rows == 1 && norm.cols == g)
+            || !fast(wq)
+            || wk.desc != wq.desc
+            || wk.cols != g
+        {
+            return scale_norm_then_unfused(self, x, scale, norm, eps, then);
+        }
+        // v of the q/k type, or of a type paired with it (`plan::MIXED_QKV`); else v is its
+        // own matmul on the quantization the kernel leaves, as in `residual_norm_then`.
+        // (The long kernels take v of another type only in a pair, as `residual_norm_then`'s.)
+        let (one, pairs) = if long {
+            (&self.k.scale_long_mm3, &self.k.mixed_scale_long_mm3)
+        } else {
+            (&self.k.scale_norm_mm3, &self.k.mixed_scale_mm3)
+        };
+        let paired = (fast(wv) && wv.desc != wq.desc && (long || mixed_qkv_knob()))
+            .then(|| mixed_pair(pairs, wq, wv))
+            .flatten();
+        if long && fast(wv) && wv.desc != wq.desc && paired.is_none() {
+            return scale_norm_then_unfused(self, x, scale, norm, eps, then);
+        }
+        let with_v = fast(wv) && (wv.desc == wq.desc || paired.is_some());
+        let f = match paired {
+            Some(f) => f,
+            None => {
+                let Some((_, f)) = one.iter().find(|(id, _)| *id == wq.desc.id) else {
+                    unreachable!("every fast type has its scaled q/k/v kernel")
+                };
+                f
+            }
+        };
+        let mut sum = scale.map(|_| self.alloc_f32("scale", g));
+        let mut out = self.alloc_f32("rms_norm", g);
+        let mut q = self.alloc_f32("matmul", wq.rows);
+        let mut k = self.alloc_f32("matmul", wk.rows);
+        let mut v = with_v.then(|| self.alloc_f32("matmul", wv.rows));
+        let null = 0u64;
+        let (gi, nt) = (g as i32, plan::norm_threads(g) as i32);
+        let s = scale.unwrap_or(1.0);
+        let mut q8 = self.q8_room(1, g);
+        let Some(q8buf) = q8.as_mut() else {
+            unreachable!("q8_room allocates it")
+        };
+        let (mut qv, mut dv) = q8buf.split_at_mut(g);
+        let m = [
+            wq.rows as i32,
+            wk.rows as i32,
+            if with_v { wv.rows as i32 } else { 0 },
+        ];
+        let total = m.iter().map(|&r| r as usize).sum::<usize>();
+        let (threads, blocks) = if long {
+            (
+                plan::NORM_LONG_THREADS,
+                plan::norm_long_grid(total, self.k.n_sms),
+            )
+        } else {
+            let t = plan::norm_fused_block(g, total, self.k.n_sms);
+            (t, total.div_ceil((t / 32) as usize) as u32)
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // NORM_MMV3_ARGS then s: a (the embedding row), b, pw, bn (null: not read), sum (the
+        // scaled row, or null without a scale), nw, out, g, eps, nt, q, ds, the weights, the
+        // outputs, their rows.
+        let mut l = self.stream.launch_builder(f);
+        l.arg(x.buf()).arg(&null).arg(&null).arg(&null);
+        match sum.as_mut() {
+            Some(o) => l.arg(o),
+            None => l.arg(&null),
+        };
+        l.arg(self.vector(norm, "rms_norm"))
+            .arg(&mut out)
+            .arg(&gi)
+            .arg(&eps)
+            .arg(&nt)
+            .arg(&mut qv)
+            .arg(&mut dv)
+            .arg(&*wq.data)
+            .arg(&*wk.data);
+        match with_v {
+            true => l.arg(&*wv.data),
+            false => l.arg(&null),
+        };
+        l.arg(&mut q).arg(&mut k);
+        match v.as_mut() {
+            Some(o) => l.arg(o),
+            None => l.arg(&null),
+        };
+        l.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&s);
+        // SAFETY: x and the outputs are one row of g values (g a multiple of 32, at most
+        // NORM_FUSED_MAX: `plan::norm_fuses`, or NORM_LONG_MAX with the long kernels:
+        // `plan::norm_fuses_long`), the norm weights g values (checked); the quantized buffer
+        // has room for q8_bytes(1, g); the block has at least norm_threads(g) threads
+        // (`plan::norm_fused_block`, or the long kernels' 1024); the weights are rows of g
+        // encoded values (checked) and each output has its weight's rows; m2 = 0 (no v)
+        // leaves W2 untouched.
+        unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("scale_norm_then", e));
+        drop(q8);
+        let normed = self.tensor("rms_norm", out, 1, g);
+        self.q8_of.set(Some(normed.id));
+        let q = self.tensor("matmul", q, 1, wq.rows);
+        let k = self.tensor("matmul", k, 1, wk.rows);
+        let v = match v {
+            Some(v) => self.tensor("matmul", v, 1, wv.rows),
+            None => self.matmul(&normed, wv),
+        };
+        ScaleNormThen {
+            scaled: sum.map(|o| self.tensor("scale", o, 1, g)),
+            normed,
+            outs: (q, k, v),
+        }
+    }
+
     fn matmul_qkv(
         &self,
         x: &CudaTensor,
@@ -5193,6 +5356,26 @@ mod tests {
                     "{name} {ty}"
                 );
             }
+        }
+        // `scale_norm_then`'s kernels (`scale_norm_mmv3_fast1_<id>[_<v id>]`): every fast type,
+        // every pair of `plan::MIXED_QKV`.
+        for &ty in plan::FAST {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("SCALE_NORM_MMV3_ONE({})\n", ty.id())),
+                "scale_norm_mmv3_fast1_{}",
+                ty.id()
+            );
+        }
+        let pairs = plan::MIXED_QKV
+            .iter()
+            .map(|(a, b)| format!("M({}, {})", a.id(), b.id()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(KERNEL_SOURCE.contains(&format!("#define MIXED_QKV_FOR(M) {pairs}\n")));
+        assert!(KERNEL_SOURCE.contains("MIXED_QKV_FOR(SCALE_NORM_MMV3_PAIR)\n"));
+        assert!(KERNEL_SOURCE.contains("MIXED_QKV_FOR(SCALE_NORM_LONG_PAIR)\n"));
+        for &ty in plan::FAST {
+            assert!(KERNEL_SOURCE.contains(&format!("SCALE_NORM_LONG_ONE({})\n", ty.id())));
         }
         for name in ["quantize_q8_32", "q8_values"] {
             assert!(

@@ -279,6 +279,22 @@ pub trait Backend {
     ) -> ResidualThen<Self::Tensor> {
         residual_norm_then_unfused(self, a, b, post, next, eps, then)
     }
+    /// The first layer's input in one op: `scale` (when given: Gemma's embedding scale) on the
+    /// embedding `x`, the scaled row's norm by `norm`, and the op that consumes the norm
+    /// (`then`: layer 0's q/k/v projections). Every later layer's norm comes from the op that
+    /// ends the layer before it ([`Backend::residual_norm_then`]); this is the same fusion for
+    /// layer 0, whose input is no residual sum. Each output must be bitwise what the separate
+    /// ops give, which is what this default does.
+    fn scale_norm_then(
+        &self,
+        x: &Self::Tensor,
+        scale: Option<f32>,
+        norm: &Self::Weight,
+        eps: f32,
+        then: NormThen<'_, Self::Weight>,
+    ) -> ScaleNormThen<Self::Tensor> {
+        scale_norm_then_unfused(self, x, scale, norm, eps, then)
+    }
     /// Everything between the q/k/v projections and attention, in one op: the optional
     /// per-head norms of q and k, their rotary embedding, and the store of the rotated k and of
     /// v into the cache (`kv_store`). Each output, and what reaches the cache, bitwise what the
@@ -363,7 +379,8 @@ pub fn residual_norm_unfused<B: Backend + ?Sized>(
     Residual { post, sum, normed }
 }
 
-/// The op that consumes [`Backend::residual_norm_then`]'s normed sum.
+/// The op that consumes the norm of [`Backend::residual_norm_then`] or
+/// [`Backend::scale_norm_then`].
 #[derive(Clone, Copy)]
 pub enum NormThen<'a, W> {
     /// `matmul_qkv(normed, wq, wk, wv)`.
@@ -386,6 +403,46 @@ pub struct ResidualThen<T> {
     pub outs: (T, T, T),
 }
 
+/// The outputs of [`Backend::scale_norm_then`]: the scaled row (when there was a scale), its
+/// norm, and the consumer's three.
+pub struct ScaleNormThen<T> {
+    pub scaled: Option<T>,
+    pub normed: T,
+    pub outs: (T, T, T),
+}
+
+/// [`Backend::scale_norm_then`] as the separate ops (its default; also what a fusing backend
+/// runs for shapes its kernel does not take).
+pub fn scale_norm_then_unfused<B: Backend + ?Sized>(
+    b: &B,
+    x: &B::Tensor,
+    scale: Option<f32>,
+    norm: &B::Weight,
+    eps: f32,
+    then: NormThen<'_, B::Weight>,
+) -> ScaleNormThen<B::Tensor> {
+    let scaled = scale.map(|s| b.scale(x, s));
+    let normed = b.rms_norm(scaled.as_ref().unwrap_or(x), norm, eps);
+    let outs = norm_consumer(b, &normed, then);
+    ScaleNormThen {
+        scaled,
+        normed,
+        outs,
+    }
+}
+
+/// The op a norm feeds ([`NormThen`]), run on its own.
+fn norm_consumer<B: Backend + ?Sized>(
+    b: &B,
+    normed: &B::Tensor,
+    then: NormThen<'_, B::Weight>,
+) -> (B::Tensor, B::Tensor, B::Tensor) {
+    match then {
+        NormThen::Qkv { wq, wk, wv } => b.matmul_qkv(normed, wq, wk, wv),
+        NormThen::GateUp { gate, up, act } => b.gate_up_act(normed, gate, up, act),
+    }
+}
+
 /// [`Backend::residual_norm_then`] as the two ops (its default; also what a fusing backend
 /// runs for shapes its kernel does not take).
 pub fn residual_norm_then_unfused<B: Backend + ?Sized>(
@@ -401,10 +458,7 @@ pub fn residual_norm_then_unfused<B: Backend + ?Sized>(
     // `residual_norm` norms the sum whenever it is given a norm; its default, and every
     // backend's override, keep to that, but a missing output is not worth a panic here.
     let normed = normed.unwrap_or_else(|| b.rms_norm(&sum, next, eps));
-    let outs = match then {
-        NormThen::Qkv { wq, wk, wv } => b.matmul_qkv(&normed, wq, wk, wv),
-        NormThen::GateUp { gate, up, act } => b.gate_up_act(&normed, gate, up, act),
-    };
+    let outs = norm_consumer(b, &normed, then);
     ResidualThen {
         post,
         sum,

@@ -15,8 +15,9 @@ pub mod taps;
 
 pub use backend::{
     emit_roped, residual_norm_then_unfused, residual_norm_unfused, rope_store_attention_unfused,
-    rope_store_unfused, Activation, AttentionParams, Backend, BackendError, KvLayout, NormThen,
-    QkRoped, QkvIn, Residual, ResidualThen, RopeParams, RopeStyle, StepKey, WeightView,
+    rope_store_unfused, scale_norm_then_unfused, Activation, AttentionParams, Backend,
+    BackendError, KvLayout, NormThen, QkRoped, QkvIn, Residual, ResidualThen, RopeParams,
+    RopeStyle, ScaleNormThen, StepKey, WeightView,
 };
 pub use batch::{Batch, BatchSeq};
 pub use host::HostTensor;

@@ -71,22 +71,41 @@ fn forward_ops<B: Backend>(
     let cfg: &ModelConfig = &model.config;
     let positions = &batch.positions;
 
-    let mut x = b.embed(&model.token_embd, &batch.tokens)?;
-    taps.emit("inp_embd", || b.to_host(&x));
-    if let Some(s) = cfg.embd_scale {
-        x = b.scale(&x, s);
-        taps.emit("inp_scaled", || b.to_host(&x));
-    }
+    let embd = b.embed(&model.token_embd, &batch.tokens)?;
+    taps.emit("inp_embd", || b.to_host(&embd));
 
     // Each layer's attention norm is made by the op that ends the layer before it (the
     // residual add, the norm and the q/k/v projections of the next layer in one op, which a
-    // backend may fuse); the first one here.
-    let mut next_norm = model
-        .layers
-        .first()
-        .map(|w| b.rms_norm(&x, &w.attn_norm, cfg.rms_eps));
+    // backend may fuse); the first one here, with the embedding's scale and layer 0's q/k/v
+    // (one op too).
+    let mut next_norm = None;
     // The next layer's q, k and v when the op that made its norm also projected it.
     let mut next_qkv = None;
+    let mut x = match model.layers.first() {
+        Some(w) => {
+            let r = b.scale_norm_then(
+                &embd,
+                cfg.embd_scale,
+                &w.attn_norm,
+                cfg.rms_eps,
+                NormThen::Qkv {
+                    wq: &w.wq,
+                    wk: &w.wk,
+                    wv: &w.wv,
+                },
+            );
+            next_norm = Some(r.normed);
+            next_qkv = Some(r.outs);
+            r.scaled.unwrap_or(embd)
+        }
+        None => match cfg.embd_scale {
+            Some(s) => b.scale(&embd, s),
+            None => embd,
+        },
+    };
+    if cfg.embd_scale.is_some() {
+        taps.emit("inp_scaled", || b.to_host(&x));
+    }
     let mut out_norm = None;
     // Every row goes to the head, in order (decode): the output norm joins the last add.
     let all_rows = batch.output_rows.iter().copied().eq(0..batch.n_tokens());

@@ -1151,6 +1151,109 @@ impl<'b, B: Backend> Harness<'b, B> {
         self.record(op, format!("{shape}: down"), dty.name(), &exp, &gd, bound);
     }
 
+    /// Layer 0's input in one op (`scale_norm_then`; cuda: for one row, the scale and the norm
+    /// inside the q/k/v kernel). Each stage against the reference on B's own input to it: the
+    /// scaled row, its norm, then q, k and v on B's normed row (quantized as B's arithmetic
+    /// declares). q/k/v of `ty` with v of `v_ty`, rows m, m / 4, m / 4.
+    fn scale_norm_then_case(
+        &mut self,
+        ty: GgmlType,
+        v_ty: GgmlType,
+        g: usize,
+        m: usize,
+        scale: Option<f32>,
+    ) {
+        let op = "scale_norm_then";
+        if !self.wants(op, ty.name()) {
+            return;
+        }
+        let shape = format!(
+            "[1, {g}]{}, then q/k/v {}/{}/{} [{m}|{}|{}]",
+            scale.map_or(String::new(), |s| format!(" x {s}")),
+            ty.name(),
+            ty.name(),
+            v_ty.name(),
+            m / 4,
+            m / 4
+        );
+        let xdata = self.rng.activations(1, g);
+        let Ok((bx, rx)) = self.upload(1, g, &xdata) else {
+            return self.error(op, shape, ty.name(), "upload failed".into(), false);
+        };
+        let nw: Vec<f32> = (0..g).map(|_| 1.0 + self.rng.normal(0.3)).collect();
+        let Ok(nw) = self.weight(GgmlType::F32, 1, g, &nw) else {
+            return self.error(op, shape, "F32", "norm weight not loaded".into(), true);
+        };
+        let specs = [(ty, m), (ty, m / 4), (v_ty, m / 4)];
+        let mut ws = Vec::new();
+        for &(t, rows) in &specs {
+            let data: Vec<f32> = (0..rows * g).map(|_| self.rng.normal(0.05)).collect();
+            match self.weight(t, rows, g, &data) {
+                Ok(w) => ws.push(w),
+                Err(e) => return self.error(op, shape, t.name(), e, true),
+            }
+        }
+        let then = NormThen::Qkv {
+            wq: &ws[0].0,
+            wk: &ws[1].0,
+            wv: &ws[2].0,
+        };
+        let r = self.b.scale_norm_then(&bx, scale, &nw.0, 1e-6, then);
+        let arith = self.arith;
+        let input = match (&r.scaled, scale) {
+            (Some(t), Some(s)) => {
+                let got = self.b.to_host(t);
+                let exp = self.r.scale(&rx, s);
+                self.record(
+                    op,
+                    format!("{shape}: scaled"),
+                    "F32",
+                    &exp,
+                    &got,
+                    rounding_bound(arith),
+                );
+                got
+            }
+            (None, None) => rx,
+            _ => return self.error(op, shape, "F32", "scaled output wrong".into(), false),
+        };
+        let gn = self.b.to_host(&r.normed);
+        let en = self.r.rms_norm(&input, &nw.1, 1e-6);
+        self.record(
+            op,
+            format!("{shape}: norm"),
+            "F32",
+            &en,
+            &gn,
+            norm_bound(arith, g),
+        );
+        let (o0, o1, o2) = r.outs;
+        let got = [
+            self.b.to_host(&o0),
+            self.b.to_host(&o1),
+            self.b.to_host(&o2),
+        ];
+        for (i, which) in ["q", "k", "v"].iter().enumerate() {
+            let t = specs[i].0;
+            let xq = if quantizes(arith, t) {
+                quantize_q8_f32(&gn)
+            } else {
+                gn.clone()
+            };
+            let rw = &ws[i].1;
+            let exp = self.r.matmul(&xq, rw);
+            let bound = matmul_bound(arith, &column_squares(&rw.data, g), &xq, &exp);
+            self.record(
+                op,
+                format!("{shape}: {which}"),
+                t.name(),
+                &exp,
+                &got[i],
+                bound,
+            );
+        }
+    }
+
     /// Per-head norms, rotation and the K/V store in one op (`rope_store`): the normed and
     /// rotated q and k as `rms_norm` and `rope` (each on B's own input to it), and the cache
     /// read back through attention's `k_read` / `v_read` taps: exactly the rotated k B
@@ -1973,6 +2076,27 @@ pub fn check_ops<B: Backend>(b: &B, name: &str, arith: Arithmetic, filter: &str)
         (GgmlType::Q4_0, Some(GgmlType::Q4_0), 3, 256, 64, false),
     ] {
         h.norm_then_case(ty, v_ty, n, g, m, post);
+    }
+    // Layer 0's input (cuda: one launch, rows up to 1024 in the fused blocks, up to 4096 in the
+    // long kernels): Gemma-3's scaled row with v of another type, SmolLM2's unscaled row, a
+    // K-quant one; Llama's rows (a pair, then a scaled row of one type); then a row too long
+    // for either (the separate ops).
+    for (ty, v_ty, g, m, scale) in [
+        (
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            640usize,
+            1024usize,
+            Some(25.3f32),
+        ),
+        (q41, q41, 576, 576, None),
+        (GgmlType::Q4K, GgmlType::Q6K, 1024, 256, Some(0.5)),
+        (GgmlType::Q8_0, GgmlType::Q8_0, 256, 128, Some(3.0)),
+        (GgmlType::Q4K, GgmlType::Q6K, 2048, 256, None),
+        (GgmlType::Q4K, GgmlType::Q4K, 4096, 64, Some(2.0)),
+        (GgmlType::Q4K, GgmlType::Q4K, 8192, 32, None),
+    ] {
+        h.scale_norm_then_case(ty, v_ty, g, m, scale);
     }
     h.elementwise_cases();
     h.rope_cases();
