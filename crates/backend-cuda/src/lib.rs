@@ -2775,6 +2775,28 @@ impl CudaBackend {
         }
     }
 
+    /// A norm-fused one-row q/k/v launch's outputs as tensors: its norm (whose quantization the
+    /// launch left in the scratch buffer), q, k, and v, or, where the launch had no v (v of
+    /// another type without a two-type kernel), v's own matmul on that quantization.
+    fn norm_qkv_outputs(
+        &self,
+        out: CudaSlice<f32>,
+        q: CudaSlice<f32>,
+        k: CudaSlice<f32>,
+        v: Option<CudaSlice<f32>>,
+        [wq, wk, wv]: [&CudaWeight; 3],
+    ) -> (CudaTensor, (CudaTensor, CudaTensor, CudaTensor)) {
+        let normed = self.tensor("rms_norm", out, 1, wq.cols);
+        self.q8_of.set(Some(normed.id));
+        let q = self.tensor("matmul", q, 1, wq.rows);
+        let k = self.tensor("matmul", k, 1, wk.rows);
+        let v = match v {
+            Some(v) => self.tensor("matmul", v, 1, wv.rows),
+            None => self.matmul(&normed, wv),
+        };
+        (normed, (q, k, v))
+    }
+
     /// The norm-fused one-row q/k/v kernel for q and k of `wqk`'s type and v of `wv`'s, where
     /// `plan::MIXED_QKV` has the pair.
     fn mixed_qkv(&self, wqk: &CudaWeight, wv: &CudaWeight) -> Option<&CudaFunction> {
@@ -3055,6 +3077,25 @@ impl CudaBackend {
             self.tensor("gate_up_act", a, n, m),
         )
     }
+}
+
+/// The q/k/v half of a norm-fused q/k/v launch's arguments (kernels.cu `NORM_MMV3_ARGS` after
+/// `NORM_IN_ARGS`): the three weights (v's null without it), the three outputs (v's null without
+/// it), their rows `m`.
+macro_rules! qkv_launch_args {
+    ($l:ident, $wq:ident, $wk:ident, $wv:ident, $with_v:ident, $q:ident, $k:ident, $v:ident, $m:ident, $null:ident) => {
+        $l.arg(&*$wq.data).arg(&*$wk.data);
+        match $with_v {
+            true => $l.arg(&*$wv.data),
+            false => $l.arg(&$null),
+        };
+        $l.arg(&mut $q).arg(&mut $k);
+        match $v.as_mut() {
+            Some(o) => $l.arg(o),
+            None => $l.arg(&$null),
+        };
+        $l.arg(&$m[0]).arg(&$m[1]).arg(&$m[2]);
+    };
 }
 
 impl Backend for CudaBackend {
@@ -4017,31 +4058,12 @@ impl Backend for CudaBackend {
                 };
                 let mut l = self.stream.launch_builder(f);
                 norm_args!(l);
-                l.arg(&*wq.data).arg(&*wk.data);
-                match with_v {
-                    true => l.arg(&*wv.data),
-                    false => l.arg(&null),
-                };
-                l.arg(&mut q).arg(&mut k);
-                match v.as_mut() {
-                    Some(o) => l.arg(o),
-                    None => l.arg(&null),
-                };
-                l.arg(&m[0]).arg(&m[1]).arg(&m[2]);
+                qkv_launch_args!(l, wq, wk, wv, with_v, q, k, v, m, null);
                 // SAFETY: see "both launches" above; m2 = 0 (no v) leaves W2 untouched.
                 unsafe { l.launch(cfg) }
                     .unwrap_or_else(|e| device_failure("residual_norm_then", e));
                 drop(q8);
-                let normed = self.tensor("rms_norm", out, 1, g);
-                self.q8_of.set(Some(normed.id));
-                let q = self.tensor("matmul", q, 1, wq.rows);
-                let k = self.tensor("matmul", k, 1, wk.rows);
-                // v of another type without a two-type kernel: its own matmul, on the
-                // quantization the fused kernel left in the scratch buffer.
-                let v = match v {
-                    Some(v) => self.tensor("matmul", v, 1, wv.rows),
-                    None => self.matmul(&normed, wv),
-                };
+                let (normed, (q, k, v)) = self.norm_qkv_outputs(out, q, k, v, [wq, wk, wv]);
                 return ResidualThen {
                     post: bn.map(|o| self.tensor("rms_norm", o, 1, g)),
                     sum: self.tensor("add", sum, 1, g),
@@ -4238,19 +4260,9 @@ impl Backend for CudaBackend {
             .arg(&eps)
             .arg(&nt)
             .arg(&mut qv)
-            .arg(&mut dv)
-            .arg(&*wq.data)
-            .arg(&*wk.data);
-        match with_v {
-            true => l.arg(&*wv.data),
-            false => l.arg(&null),
-        };
-        l.arg(&mut q).arg(&mut k);
-        match v.as_mut() {
-            Some(o) => l.arg(o),
-            None => l.arg(&null),
-        };
-        l.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&s);
+            .arg(&mut dv);
+        qkv_launch_args!(l, wq, wk, wv, with_v, q, k, v, m, null);
+        l.arg(&s);
         // SAFETY: x and the outputs are one row of g values (g a multiple of 32, at most
         // NORM_FUSED_MAX: `plan::norm_fuses`, or NORM_LONG_MAX with the long kernels:
         // `plan::norm_fuses_long`), the norm weights g values (checked); the quantized buffer
@@ -4260,18 +4272,11 @@ impl Backend for CudaBackend {
         // leaves W2 untouched.
         unsafe { l.launch(cfg) }.unwrap_or_else(|e| device_failure("scale_norm_then", e));
         drop(q8);
-        let normed = self.tensor("rms_norm", out, 1, g);
-        self.q8_of.set(Some(normed.id));
-        let q = self.tensor("matmul", q, 1, wq.rows);
-        let k = self.tensor("matmul", k, 1, wk.rows);
-        let v = match v {
-            Some(v) => self.tensor("matmul", v, 1, wv.rows),
-            None => self.matmul(&normed, wv),
-        };
+        let (normed, outs) = self.norm_qkv_outputs(out, q, k, v, [wq, wk, wv]);
         ScaleNormThen {
             scaled: sum.map(|o| self.tensor("scale", o, 1, g)),
             normed,
-            outs: (q, k, v),
+            outs,
         }
     }
 

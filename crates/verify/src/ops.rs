@@ -1105,23 +1105,7 @@ impl<'b, B: Backend> Harness<'b, B> {
             None => &["gate", "up"],
         };
         for (i, which) in names.iter().enumerate() {
-            let t = specs[i].0;
-            let xq = if quantizes(arith, t) {
-                quantize_q8_f32(&gn)
-            } else {
-                gn.clone()
-            };
-            let rw = &ws[i].1;
-            let exp = self.r.matmul(&xq, rw);
-            let bound = matmul_bound(arith, &column_squares(&rw.data, g), &xq, &exp);
-            self.record(
-                op,
-                format!("{shape}: {which}"),
-                t.name(),
-                &exp,
-                &got[i],
-                bound,
-            );
+            self.record_on_norm(op, &shape, which, specs[i].0, &ws[i].1, &gn, &got[i]);
         }
         if v_ty.is_some() {
             return;
@@ -1228,30 +1212,33 @@ impl<'b, B: Backend> Harness<'b, B> {
             norm_bound(arith, g),
         );
         let (o0, o1, o2) = r.outs;
-        let got = [
-            self.b.to_host(&o0),
-            self.b.to_host(&o1),
-            self.b.to_host(&o2),
-        ];
-        for (i, which) in ["q", "k", "v"].iter().enumerate() {
-            let t = specs[i].0;
-            let xq = if quantizes(arith, t) {
-                quantize_q8_f32(&gn)
-            } else {
-                gn.clone()
-            };
-            let rw = &ws[i].1;
-            let exp = self.r.matmul(&xq, rw);
-            let bound = matmul_bound(arith, &column_squares(&rw.data, g), &xq, &exp);
-            self.record(
-                op,
-                format!("{shape}: {which}"),
-                t.name(),
-                &exp,
-                &got[i],
-                bound,
-            );
+        for (i, (which, o)) in ["q", "k", "v"].iter().zip([o0, o1, o2]).enumerate() {
+            let got = self.b.to_host(&o);
+            self.record_on_norm(op, &shape, which, specs[i].0, &ws[i].1, &gn, &got);
         }
+    }
+
+    /// One product of a fused norm's consumer (`which`, weight `rw` of type `ty`) against the
+    /// reference matmul of B's own normed row `gn`, quantized as B's arithmetic declares.
+    #[allow(clippy::too_many_arguments)]
+    fn record_on_norm(
+        &mut self,
+        op: &str,
+        shape: &str,
+        which: &str,
+        ty: GgmlType,
+        rw: &RefWeight,
+        gn: &HostTensor,
+        got: &HostTensor,
+    ) {
+        let xq = if quantizes(self.arith, ty) {
+            quantize_q8_f32(gn)
+        } else {
+            gn.clone()
+        };
+        let exp = self.r.matmul(&xq, rw);
+        let bound = matmul_bound(self.arith, &column_squares(&rw.data, gn.cols()), &xq, &exp);
+        self.record(op, format!("{shape}: {which}"), ty.name(), &exp, got, bound);
     }
 
     /// Per-head norms, rotation and the K/V store in one op (`rope_store`): the normed and
