@@ -1,12 +1,15 @@
 #!/bin/bash
-# Session 50, call 1: Gemma-3's cluster attention and o projection as one kernel in replayed
-# steps (attention_decode_cl8_256_o_12, graph_exec::att_o_rewrite), against the same binary
+# Session 50, call 1 (and calls 2-5 through session50b_gpu.sh .. session50e_gpu.sh, with the
+# kernel of each call's build; the argument names the output folder): Gemma-3's cluster
+# attention and o projection as one kernel in replayed steps (attention_decode_cl8_256_o_12,
+# graph_exec::att_o_rewrite; bench/session50/att_o.patch), against the same binary
 # with LOCKSTEP_CUDA_ATT_O=0 (the two launches): the pairs fused (LOCKSTEP_CUDA_STATS),
 # check's replayed vs tapped on whole and cut Gemma-3, the same tokens, tg128 alternating,
 # then the timeline.
 set -u
 B=./.device/lockstep
-O=/tmp/s50; mkdir -p $O
+S=${1:-s50}
+O=/tmp/$S; mkdir -p $O
 T0=$(date +%s); el() { echo "   [$(( $(date +%s) - T0 )) s]"; }
 export LOCKSTEP_CUDA_CACHE=/tmp/cubin
 OLD="env LOCKSTEP_CUDA_ATT_O=0"
@@ -39,5 +42,5 @@ awk -F'\t' 'NR>1 && $1==0 {s[$4]+=$6; n[$4]++; t+=$6} END {for (k in s) printf "
 LOCKSTEP_CUDA_TIMELINE=$O/tl_g3_old.txt $OLD $B bench --backend cuda -m /tmp/g3.gguf -p 0 -n 32 -r 1 2>&1 | grep '| tg'
 awk -F'\t' 'NR>1 && $1==0 {s[$4]+=$6; n[$4]++; t+=$6} END {for (k in s) printf "%-34s %4d x %6.2f us  %5.1f%%\n", k, n[k], s[k]/n[k], 100*s[k]/t; printf "sum of releases %.1f us\n", t}' $O/tl_g3_old.txt | sort -k4 -n -r
 el
-mkdir -p $OUT/s50 && cp $O/*.txt $OUT/s50/ 2>/dev/null
+mkdir -p $OUT/$S && cp $O/*.txt $OUT/$S/ 2>/dev/null
 true
