@@ -196,6 +196,41 @@ static int run_long(const char* name, std::mt19937& rng, bool perturb) {
     return fails;
 }
 
+// The o projection with its weights before its grid wait (kernels.cu pre_rows: mmv_pre1r_12,
+// mmv_pre2r_12) against a warp a row (mmv_fast1_12's rows): every row bitwise. Q4_K rows of 1
+// to 64 units (one or two a lane; Gemma-3's o 16, Llama-1B's 32, the 8B's 64), odd and even
+// row counts (a warp's second row past the last). One output one bit off (perturb) must show.
+static int run_preload(std::mt19937& rng, bool perturb) {
+    int fails = 0;
+    for (int k : {256, 1024, 2048, 3072, 4096}) {
+        for (int m : {13, 24}) {
+            auto w = weights<T_Q4_K>(rng, k, m);
+            std::vector<signed char> xq;
+            std::vector<Q8Blk> xd;
+            activation(rng, k, xq, xd);
+            std::vector<float> one, two;
+            both_ways<T_Q4_K>(w.data(), xq, xd, k, m, one, two);
+            std::vector<float> p1(m, NAN), p2(m, NAN);
+            launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+                int r0 = blockIdx.x * 4 + (threadIdx.x >> 5);
+                if (r0 < m) pre_rows<T_Q4_K, 1>(w.data(), xq.data(), xd.data(), p1.data(), k, m, r0);
+            });
+            launch({(unsigned)((m + 7) / 8), 1, 1}, 128, 0, [&] {
+                int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * 2;
+                if (r0 < m) pre_rows<T_Q4_K, 2>(w.data(), xq.data(), xd.data(), p2.data(), k, m, r0);
+            });
+            std::vector<float> got(p1);
+            got.insert(got.end(), p2.begin(), p2.end());
+            std::vector<float> ref(one);
+            ref.insert(ref.end(), one.begin(), one.end());
+            int bad = differing(ref, got, perturb);
+            printf("preload Q4_K k %5d m %3d: %s (%d rows differ)\n", k, m, bad ? "MISMATCH" : "bitwise", bad);
+            fails += bad != 0;
+        }
+    }
+    return fails;
+}
+
 // `layout FILE K M [q5_0|q8_0]`: the Q6_K (or Q5_0, Q8_0) rows in FILE (M rows of K values, in
 // the layout this build reads: the device's Q6_K and Q8_0 planes and repacked Q5_0 blocks by
 // default; or GGUF's blocks under -DLOCKSTEP_Q6K_GGUF -DLOCKSTEP_Q50_GGUF -DLOCKSTEP_Q80_GGUF)
@@ -261,6 +296,7 @@ int main(int argc, char** argv) {
     fails += run_long<T_Q5_0, T_Q8_0>("Q5_0/Q8_0", rng, perturb);
     fails += run_long<T_Q4_K, T_Q6_K>("Q4_K/Q6_K", rng, perturb);
     fails += run_long<T_Q5_K, T_Q6_K>("Q5_K/Q6_K", rng, perturb);
+    fails += run_preload(rng, perturb);
     printf(fails ? "FAIL: %d shapes differ\n" : "PASS: %d shapes differ\n", fails);
     return fails ? 1 : 0;
 }

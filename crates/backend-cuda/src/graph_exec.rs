@@ -36,6 +36,8 @@ pub(crate) struct StepGraph {
     /// With the embedding as `embed_rows_gated` ([`gate_rewrite`]): the gate its token comes
     /// through.
     gate: Option<Gate>,
+    /// O projections whose weights load before their grid wait ([`preload_rewrite`]).
+    pub(crate) preloaded: usize,
 }
 
 /// A one-token step graph's gate (kernels.cu `embed_rows_gated`): the word in mapped
@@ -155,7 +157,9 @@ impl StepGraph {
     /// Ends the capture on `stream` and instantiates it. With `cluster` (the cluster decode
     /// step's kernel), a captured one-row decode step that [`cluster::plan`] accepts has its
     /// layers' kernels replaced by that kernel. With `ours` (the module our kernels live in),
-    /// every kernel-to-kernel edge into one of our kernels becomes programmatic.
+    /// every kernel-to-kernel edge into one of our kernels becomes programmatic. The o
+    /// projection after a decode attention loads its weights before its grid wait
+    /// ([`preload_rewrite`]) unless `LOCKSTEP_CUDA_O_PRELOAD=0`.
     /// `Ok(None)`: the capture recorded nothing.
     pub(crate) fn end_capture(
         stream: &Arc<CudaStream>,
@@ -176,11 +180,16 @@ impl StepGraph {
             let _ = unsafe { result::graph::destroy(graph) };
             e
         };
-        // SAFETY (the four rewrites): `graph` is the valid graph just captured, not yet
+        // SAFETY (the five rewrites): `graph` is the valid graph just captured, not yet
         // instantiated.
         let cluster = match cluster {
             Some(f) => unsafe { cluster_rewrite(graph, f, stream) }.map_err(or_destroy)?,
             None => None,
+        };
+        let preloaded = if crate::knobs::o_preload_knob() {
+            unsafe { preload_rewrite(graph) }.map_err(or_destroy)?
+        } else {
+            0
         };
         let gate = match gate {
             Some(g) => unsafe { gate_rewrite(graph, g, stream) }.map_err(or_destroy)?,
@@ -215,6 +224,7 @@ impl StepGraph {
             cluster,
             head,
             gate,
+            preloaded,
         }))
     }
 
@@ -770,6 +780,66 @@ unsafe fn head_rewrite(
     Ok(None)
 }
 
+/// Where the captured `graph` has a decode attention kernel followed by a one-row
+/// `mmv_fast2r_12` or `mmv_fast1_12` of at most 64 units a row (the o projection), makes that
+/// node `mmv_pre2r_12` or `mmv_pre1r_12` (kernels.cu: the same launch and arithmetic, every weight unit loaded before
+/// its grid wait, while the attention runs). Returns the nodes changed.
+///
+/// # Safety
+/// `graph` must be a valid graph not being used elsewhere.
+unsafe fn preload_rewrite(graph: sys::CUgraph) -> Result<usize, DriverError> {
+    // SAFETY: the caller's `graph` is valid.
+    let nodes = unsafe { graph_nodes(graph) }?;
+    let (from, to, _) = unsafe { graph_edges(graph) }?;
+    let index: std::collections::HashMap<sys::CUgraphNode, usize> =
+        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (f, t) in from.iter().zip(&to) {
+        if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
+            preds[t].push(f);
+        }
+    }
+    let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+    let mut changed = 0;
+    let mut prev = String::new();
+    for i in order {
+        let node = nodes[i];
+        // SAFETY: a node of `graph`, as the driver listed it.
+        let k = unsafe { kernel_node(node) }?;
+        let name = k.map_or_else(String::new, |k| k.name);
+        let before = std::mem::replace(&mut prev, name.clone());
+        if crate::plan::o_preload_kernel(&before, &name, 1, 0).is_none() {
+            continue;
+        }
+        // SAFETY: plain-data parameters, zero is a valid bit pattern; the driver fills them.
+        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }.result()?;
+        if p.kernelParams.is_null() {
+            continue;
+        }
+        // mmv_fast1's and mmv_fast2r's arguments: W, xq, xd, y (pointers), n, k, m (ints).
+        // SAFETY: the node was launched with kernelParams, one pointer per argument of the
+        // kernel's signature (kernels.cu FAST_KERNELS, FAST_TWO_ROWS), each to a value of its
+        // size.
+        let int = |i: usize| unsafe { (*p.kernelParams.add(i) as *const i32).read_unaligned() };
+        let Some(pre) = crate::plan::o_preload_kernel(&before, &name, int(4), int(5)) else {
+            continue;
+        };
+        let pre = std::ffi::CString::new(pre)
+            .map_err(|_| DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE))?;
+        // SAFETY: the node's function handle, valid while the module is loaded.
+        let Some(func) = (unsafe { sibling_kernel(p.func, &pre) })? else {
+            return Ok(changed);
+        };
+        p.func = func;
+        // SAFETY: a kernel node of `graph`; the same launch with a kernel of the same
+        // signature (the parameters as captured; the driver copies them).
+        unsafe { sys::cuGraphKernelNodeSetParams_v2(node, &p) }.result()?;
+        changed += 1;
+    }
+    Ok(changed)
+}
+
 /// A one-token step's embedding for [`gate_rewrite`]: the table's rows (the tokens it takes).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GateOf {
@@ -1022,6 +1092,10 @@ mod tests {
         );
         head.truncate(7);
         assert_eq!(head, declared("mmv_fast2r_##TY("));
+        // preload_rewrite: the kernels it swaps in take the arguments of those they replace.
+        let pre = declared("mmv_pre##NR##r_##TY(");
+        assert_eq!(pre, declared("mmv_fast2r_##TY("));
+        assert_eq!(pre, declared("mmv_##NAME##_##TY("));
     }
 
     #[test]

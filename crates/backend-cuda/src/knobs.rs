@@ -310,6 +310,15 @@ pub(crate) fn mixed_qkv_knob() -> bool {
     *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_MIXED_QKV").map_or(true, |v| v != "0"))
 }
 
+/// Whether a replayed step's o projection after the decode attention loads its weights before
+/// its grid wait (`graph_exec::preload_rewrite`, `plan::o_preload_kernel`; the same values
+/// bitwise): by default (session 50: Llama-1B tg128 +1.8%, Gemma-3 and the 8B unchanged);
+/// `LOCKSTEP_CUDA_O_PRELOAD=0` keeps `mmv_fast1` / `mmv_fast2r`, for comparison. Read once.
+pub(crate) fn o_preload_knob() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOCKSTEP_CUDA_O_PRELOAD").map_or(true, |v| v != "0"))
+}
+
 /// Whether a decode attention block may serve fewer than its KV head's whole group of query
 /// heads (`plan::decode_attention_heads_per_block`); `LOCKSTEP_CUDA_ATTN_HEADS=group` keeps a
 /// block per KV head (the same values bitwise), for comparison. Read once.

@@ -611,6 +611,9 @@ struct Steps {
     pub cluster_graphs: usize,
     /// Captured graphs whose LM head can write the logits on the host (`head_rewrite`).
     pub host_head_graphs: usize,
+    /// O projections loading their weights before their grid wait in the captured graphs
+    /// (`graph_exec::preload_rewrite`).
+    pub preloaded: usize,
     /// The graph with a launch made ahead of its step, waiting at its gate
     /// (`graph_exec::StepGraph::prelaunch`).
     pending: Option<FullKey>,
@@ -774,12 +777,13 @@ impl Drop for CudaBackend {
         if std::env::var_os("LOCKSTEP_CUDA_STATS").is_some() {
             let st = self.steps.borrow();
             eprintln!(
-                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step, {} with the head's logits on the host, {} launched ahead ({} taken, {} released as dummy steps, {} run again){}",
+                "cuda step graphs: {} captured, {} replays, {} failed captures, {} programmatic edges, {} with the cluster decode step, {} o projections with early weights, {} with the head's logits on the host, {} launched ahead ({} taken, {} released as dummy steps, {} run again){}",
                 st.captures,
                 st.replays,
                 st.failed,
                 st.programmatic_edges,
                 st.cluster_graphs,
+                st.preloaded,
                 st.host_head_graphs,
                 st.launched_ahead,
                 st.ahead_taken,
@@ -1196,6 +1200,7 @@ impl CudaBackend {
                 programmatic_edges: 0,
                 cluster_graphs: 0,
                 host_head_graphs: 0,
+                preloaded: 0,
                 pending: None,
                 launched_ahead: 0,
                 ahead_taken: 0,
@@ -3478,6 +3483,7 @@ impl Backend for CudaBackend {
                         st.programmatic_edges += graph.programmatic_edges;
                         st.cluster_graphs += usize::from(graph.cluster_layers() > 0);
                         st.host_head_graphs += usize::from(graph.has_host_logits());
+                        st.preloaded += graph.preloaded;
                         st.graphs.insert(
                             store.key,
                             Captured {

@@ -696,6 +696,24 @@ pub fn decode_cluster_blocks(head_dim: usize, wanted: u32) -> Option<u32> {
     (head_dim == 256 && matches!(wanted, 4 | 8)).then_some(wanted)
 }
 
+/// The kernel a replayed step's o projection runs with its weights loaded before its grid
+/// wait (kernels.cu `mmv_pre1r_12` / `mmv_pre2r_12`, `graph_exec::preload_rewrite`), given the
+/// kernel before it (`prev`), its own (`kernel`), its activation rows and its row length `k`
+/// (0: not known yet, the names alone): only a one-row `mmv_fast1_12` or `mmv_fast2r_12` of
+/// at most 64 Q4_K units a row right after a decode attention kernel, which moves few bytes
+/// while the weights stream. `None` keeps the kernel.
+pub fn o_preload_kernel(prev: &str, kernel: &str, rows: i32, k: i32) -> Option<&'static str> {
+    // 64 units of 64 values: two a lane
+    if !prev.starts_with("attention_decode") || rows != 1 || k > 64 * 64 {
+        return None;
+    }
+    match kernel {
+        "mmv_fast1_12" => Some("mmv_pre1r_12"),
+        "mmv_fast2r_12" => Some("mmv_pre2r_12"),
+        _ => None,
+    }
+}
+
 /// How many of a KV head's query heads one `attention_decode` block serves (`hpb`, a divisor of
 /// the group): the whole group where the step has blocks enough to fill the GPU that way (each
 /// K and V row is then loaded once per block for all of them), else fewer, down to one a block:
@@ -1166,6 +1184,47 @@ pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_o_projection_after_a_decode_attention_loads_its_weights_early() {
+        // Gemma-3's and Llama-1B's (a row a warp), the 8B's (two rows a warp).
+        for prev in [
+            "attention_decode_cl8_256",
+            "attention_decode_rope_64",
+            "attention_decode_rope_128",
+        ] {
+            assert_eq!(
+                o_preload_kernel(prev, "mmv_fast1_12", 1, 1024),
+                Some("mmv_pre1r_12")
+            );
+            assert_eq!(
+                o_preload_kernel(prev, "mmv_fast2r_12", 1, 4096),
+                Some("mmv_pre2r_12")
+            );
+        }
+        // Rows of more than 64 units, several activation rows, another type, another kernel
+        // before it (the down after its quantizer, the split attention's combine).
+        assert_eq!(
+            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_12", 1, 8192),
+            None
+        );
+        assert_eq!(
+            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_12", 2, 4096),
+            None
+        );
+        assert_eq!(
+            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_14", 1, 4096),
+            None
+        );
+        assert_eq!(
+            o_preload_kernel("quantize_q8_32", "mmv_fast2r_12", 1, 4096),
+            None
+        );
+        assert_eq!(
+            o_preload_kernel("attention_combine", "mmv_fast1_12", 1, 2048),
+            None
+        );
+    }
     use super::*;
     use lockstep_graph::BatchSeq;
 

@@ -8,7 +8,9 @@
 //! (the last warp with one row). The GPU runs (`check --ops`, the token hashes) then only confirm
 //! that the device does what the source says. The same harness, built twice, proves the device's
 //! Q6_K and Q8_0 planes (`plan::q6k_planar`, `plan::q80_planar`; kernels.cu `q6p_at`, `q8p_at`)
-//! and the repacked Q5_0 blocks give every row GGUF's blocks give.
+//! and the repacked Q5_0 blocks give every row GGUF's blocks give. And the o projection with
+//! its weights loaded before its grid wait (`mmv_pre1r_12`, `mmv_pre2r_12`: kernels.cu
+//! `pre_rows`) gives every row `mmv_fast1_12`'s bits.
 
 mod common;
 
@@ -36,12 +38,15 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
     let (ok, text) = emulate(false);
     assert!(ok, "emulation failed:\n{text}");
     assert!(text.contains("PASS: 0 shapes differ"), "{text}");
-    // Five types of 32-value blocks x 4 row lengths x 2 row counts, three K-quants x 3 x 2.
+    // Five types of 32-value blocks x 4 row lengths x 2 row counts, three K-quants x 3 x 2,
+    // and the o projection with its weights before its grid wait (pre_rows: mmv_pre1r and
+    // mmv_pre2r together against a warp a row) on Q4_K rows of 5 lengths x 2 row counts.
     assert_eq!(
         text.matches(": bitwise (0 rows differ)").count(),
-        58,
+        68,
         "{text}"
     );
+    assert_eq!(text.matches("preload Q4_K").count(), 10, "{text}");
     // The long norm-fused kernels' rows, dealt grid-stride (norm_long_mmv3_rows for every type
     // and the three two-type pairs, norm_long_gate_up_rows with SiLU and GELU for every type),
     // give every row a warp a row gives.
@@ -55,7 +60,7 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
     assert!(!ok, "a perturbed output passed:\n{text}");
     assert_eq!(
         text.matches("MISMATCH (1 rows differ)").count(),
-        58,
+        68,
         "{text}"
     );
     assert_eq!(
