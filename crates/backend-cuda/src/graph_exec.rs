@@ -455,22 +455,11 @@ impl StepGraph {
     /// its edges): each one's function name and block count, for the step timeline.
     pub(crate) fn kernel_chain(&self) -> Result<Vec<crate::timeline::KernelNode>, DriverError> {
         // SAFETY: `self.graph` is the valid graph this value owns.
-        let nodes = unsafe { graph_nodes(self.graph) }?;
-        // SAFETY: as above.
-        let (from, to, _) = unsafe { graph_edges(self.graph) }?;
-        let index: std::collections::HashMap<sys::CUgraphNode, usize> =
-            nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-        for (f, t) in from.iter().zip(&to) {
-            if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
-                preds[t].push(f);
-            }
-        }
-        let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+        let chain = unsafe { chain_nodes(self.graph) }?;
         let mut out = Vec::new();
-        for i in order {
+        for node in chain {
             // SAFETY: a node of `self.graph`, as the driver listed it.
-            if let Some(k) = unsafe { kernel_node(nodes[i]) }? {
+            if let Some(k) = unsafe { kernel_node(node) }? {
                 out.push(k);
             }
         }
@@ -535,6 +524,27 @@ unsafe fn graph_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>, Driv
     }
     nodes.truncate(n);
     Ok(nodes)
+}
+
+/// A captured step graph's nodes in the order they run (the capture is a chain, sorted here
+/// by its edges).
+///
+/// # Safety
+/// `graph` must be a valid graph.
+unsafe fn chain_nodes(graph: sys::CUgraph) -> Result<Vec<sys::CUgraphNode>, DriverError> {
+    // SAFETY: the caller's `graph` is valid.
+    let nodes = unsafe { graph_nodes(graph) }?;
+    let (from, to, _) = unsafe { graph_edges(graph) }?;
+    let index: std::collections::HashMap<sys::CUgraphNode, usize> =
+        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (f, t) in from.iter().zip(&to) {
+        if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
+            preds[t].push(f);
+        }
+    }
+    let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+    Ok(order.into_iter().map(|i| nodes[i]).collect())
 }
 
 /// A kernel node's function name and block count; `None` for other nodes.
@@ -789,21 +799,10 @@ unsafe fn head_rewrite(
 /// `graph` must be a valid graph not being used elsewhere.
 unsafe fn preload_rewrite(graph: sys::CUgraph) -> Result<usize, DriverError> {
     // SAFETY: the caller's `graph` is valid.
-    let nodes = unsafe { graph_nodes(graph) }?;
-    let (from, to, _) = unsafe { graph_edges(graph) }?;
-    let index: std::collections::HashMap<sys::CUgraphNode, usize> =
-        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (f, t) in from.iter().zip(&to) {
-        if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
-            preds[t].push(f);
-        }
-    }
-    let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+    let chain = unsafe { chain_nodes(graph) }?;
     let mut changed = 0;
     let mut prev = String::new();
-    for i in order {
-        let node = nodes[i];
+    for node in chain {
         // SAFETY: a node of `graph`, as the driver listed it.
         let k = unsafe { kernel_node(node) }?;
         let name = k.map_or_else(String::new, |k| k.name);
@@ -958,23 +957,11 @@ unsafe fn cluster_rewrite(
     stream: &Arc<CudaStream>,
 ) -> Result<Option<(CudaSlice<u64>, usize)>, DriverError> {
     // SAFETY: the caller's `graph` is valid.
-    let nodes = unsafe { graph_nodes(graph) }?;
-    let (from, to, _) = unsafe { graph_edges(graph) }?;
-    let index: std::collections::HashMap<sys::CUgraphNode, usize> =
-        nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-    let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (f, t) in from.iter().zip(&to) {
-        if let (Some(&f), Some(&t)) = (index.get(f), index.get(t)) {
-            preds[t].push(f);
-        }
-    }
-    let order = crate::timeline::chain_order(nodes.len(), |i| preds[i].clone());
+    let chain = unsafe { chain_nodes(graph) }?;
     // Every node in chain order, as a call (other nodes by a name no kernel has, so a plan
     // never spans one).
-    let mut calls = Vec::with_capacity(order.len());
-    let mut chain = Vec::with_capacity(order.len());
-    for i in order {
-        let node = nodes[i];
+    let mut calls = Vec::with_capacity(chain.len());
+    for &node in &chain {
         let mut ty = std::mem::MaybeUninit::<sys::CUgraphNodeType>::uninit();
         // SAFETY: a node of `graph`, as the driver listed it.
         unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) }.result()?;
@@ -991,7 +978,6 @@ unsafe fn cluster_rewrite(
             }
         };
         calls.push(call);
-        chain.push(node);
     }
     let Ok(plan) = cluster::plan(&calls) else {
         return Ok(None);
