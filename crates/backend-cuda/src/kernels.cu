@@ -4137,6 +4137,26 @@ __device__ __forceinline__ void fast_enter() {
 
 // Per type with a fast kernel: mmv_fast_<id> (matmul) and gate_up_fast_<id> (the fused
 // gate/up/activation: one warp per row of each weight, the same activation rows).
+// A diagnostic delay (session 51): LOCKSTEP_DELAY_MMV1=N (one-row mmv_fast1) and
+// LOCKSTEP_DELAY_MMV2R=N (mmv_fast2r) keep every warp N ns past its rows, so the kernel ends
+// N ns later: what tg128 loses says how much of the kernel's time is on the step's path.
+__device__ __forceinline__ void diag_delay_ns(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+#ifdef LOCKSTEP_DELAY_MMV1
+#define DELAY_MMV1(ONE) if (ONE) diag_delay_ns(LOCKSTEP_DELAY_MMV1);
+#else
+#define DELAY_MMV1(ONE)
+#endif
+#ifdef LOCKSTEP_DELAY_MMV2R
+#define DELAY_MMV2R() diag_delay_ns(LOCKSTEP_DELAY_MMV2R);
+#else
+#define DELAY_MMV2R()
+#endif
 #define FAST_KERNELS(TY, NAME, ONE)                                                             \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv_##NAME##_##TY(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int n, \
@@ -4144,6 +4164,7 @@ __device__ __forceinline__ void fast_enter() {
         fast_enter<ONE>();                                                                      \
         if (ONE) TL_PARAM0((size_t)W);                                                          \
         mmv_fast_body<TY, false, ONE>(W, nullptr, xq, xd, y, nullptr, nullptr, n, k, m, 0, 0.0);\
+        DELAY_MMV1(ONE)                                                                         \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         gate_up_##NAME##_##TY(const u8* Wg, const u8* Wu, const signed char* xq,                \
@@ -4230,6 +4251,7 @@ __device__ __forceinline__ void mmv3_two_rows(const u8* W0, const u8* W1, const 
         int r0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 2;                     \
         if (r0 >= m) return; /* a whole warp leaves together */                                 \
         fast_rows_nr<TY, 2>(W, xq, xd, y, k, m, r0);                                            \
+        DELAY_MMV2R()                                                                           \
     }                                                                                           \
     extern "C" __global__ void __launch_bounds__(128)                                           \
         mmv3_fast2r_##TY(const u8* W0, const u8* W1, const u8* W2, const signed char* xq,       \
