@@ -4140,6 +4140,8 @@ __device__ __forceinline__ void fast_enter() {
 // A diagnostic delay (session 51): LOCKSTEP_DELAY_MMV1=N (one-row mmv_fast1) and
 // LOCKSTEP_DELAY_MMV2R=N (mmv_fast2r) keep every warp N ns past its rows, so the kernel ends
 // N ns later: what tg128 loses says how much of the kernel's time is on the step's path.
+// (Only in such a build: the emulators compile this section as host C++.)
+#if defined(LOCKSTEP_DELAY_MMV1) || defined(LOCKSTEP_DELAY_MMV2R)
 __device__ __forceinline__ void diag_delay_ns(unsigned long long ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -4147,6 +4149,7 @@ __device__ __forceinline__ void diag_delay_ns(unsigned long long ns) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     } while (t - t0 < ns);
 }
+#endif
 #ifdef LOCKSTEP_DELAY_MMV1
 #define DELAY_MMV1(ONE) if (ONE) diag_delay_ns(LOCKSTEP_DELAY_MMV1);
 #else
