@@ -792,8 +792,9 @@ unsafe fn head_rewrite(
 
 /// Where the captured `graph` has a decode attention kernel followed by a one-row
 /// `mmv_fast2r_12` or `mmv_fast1_12` of at most 64 units a row (the o projection), makes that
-/// node `mmv_pre2r_12` or `mmv_pre1r_12` (kernels.cu: the same launch and arithmetic, every weight unit loaded before
-/// its grid wait, while the attention runs). Returns the nodes changed.
+/// node `mmv_pre2r_12` or `mmv_pre1r_12` (kernels.cu: the same launch and arithmetic, every
+/// weight unit loaded before its grid wait, while the attention runs). Returns the nodes
+/// changed.
 ///
 /// # Safety
 /// `graph` must be a valid graph not being used elsewhere.

@@ -1184,6 +1184,8 @@ pub fn top_blocks(n_vocab: usize, k: usize) -> Option<(usize, usize)> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use lockstep_graph::BatchSeq;
 
     #[test]
     fn the_o_projection_after_a_decode_attention_loads_its_weights_early() {
@@ -1204,29 +1206,20 @@ mod tests {
         }
         // Rows of more than 64 units, several activation rows, another type, another kernel
         // before it (the down after its quantizer, the split attention's combine).
-        assert_eq!(
-            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_12", 1, 8192),
-            None
-        );
-        assert_eq!(
-            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_12", 2, 4096),
-            None
-        );
-        assert_eq!(
-            o_preload_kernel("attention_decode_rope_128", "mmv_fast2r_14", 1, 4096),
-            None
-        );
-        assert_eq!(
-            o_preload_kernel("quantize_q8_32", "mmv_fast2r_12", 1, 4096),
-            None
-        );
-        assert_eq!(
-            o_preload_kernel("attention_combine", "mmv_fast1_12", 1, 2048),
-            None
-        );
+        for (prev, kernel, rows, k) in [
+            ("attention_decode_rope_128", "mmv_fast2r_12", 1, 8192),
+            ("attention_decode_rope_128", "mmv_fast2r_12", 2, 4096),
+            ("attention_decode_rope_128", "mmv_fast2r_14", 1, 4096),
+            ("quantize_q8_32", "mmv_fast2r_12", 1, 4096),
+            ("attention_combine", "mmv_fast1_12", 1, 2048),
+        ] {
+            assert_eq!(
+                o_preload_kernel(prev, kernel, rows, k),
+                None,
+                "{prev} {kernel}"
+            );
+        }
     }
-    use super::*;
-    use lockstep_graph::BatchSeq;
 
     #[test]
     fn flash_attention_runs_prefills_of_the_heads_it_has_kernels_for() {
