@@ -67,17 +67,7 @@ int main() {
     int mmax = 131072;
     float* y;
     CK(cudaMalloc(&y, mmax * 4));
-    int dev; cudaGetDevice(&dev); cudaDeviceProp pr; cudaGetDeviceProperties(&pr, dev);
-    printf("device: %s, %d SMs, L2 %d MiB\n", pr.name, pr.multiProcessorCount, pr.l2CacheSize >> 20);
-    for (size_t mb : {33, 48, 431}) {
-        size_t bytes = mb << 20, n = bytes / 16;
-        int blocks = pr.multiProcessorCount * 8;
-        float us = time_graph(REPS, [&](cudaStream_t s, int i, bool pdl) {
-            size_t off = (((size_t)i * bytes) % (pool_bytes - bytes)) & ~(size_t)255;
-            launch_pdl(s, pdl, stream_read, dim3(blocks), dim3(256), (const uint4*)(pool + off), n, y);
-        });
-        printf("stream_read %4zu MiB: %8.2f us  %7.0f GB/s\n", mb, us, bytes / (us * 1e-6) / 1e9);
-    }
+    print_device_and_ceilings(pool, pool_bytes, {33, 48, 431}, y, REPS);
     struct Shape { const char* name; int ty; int m; int k; };
     Shape shapes[] = {
         {"down Q6_K 4096x14336", 14, 4096, 14336}, {"transposed Q6_K 14336x4096", 14, 14336, 4096},

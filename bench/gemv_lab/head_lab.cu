@@ -101,17 +101,7 @@ int main() {
     float *y, *yr;
     CK(cudaMalloc(&y, mmax * 4));
     CK(cudaMalloc(&yr, mmax * 4));
-    int dev; cudaGetDevice(&dev); cudaDeviceProp pr; cudaGetDeviceProperties(&pr, dev);
-    printf("device: %s, %d SMs, L2 %d MiB\n", pr.name, pr.multiProcessorCount, pr.l2CacheSize >> 20);
-    for (size_t mb : {29, 170}) {
-        size_t bytes = mb << 20, n = bytes / 16;
-        int blocks = pr.multiProcessorCount * 8;
-        float us = time_graph(REPS, [&](cudaStream_t s, int i, bool pdl) {
-            size_t off = (((size_t)i * bytes) % (pool_bytes - bytes)) & ~(size_t)255;
-            launch_pdl(s, pdl, stream_read, dim3(blocks), dim3(256), (const uint4*)(pool + off), n, y);
-        });
-        printf("stream_read %4zu MiB: %8.2f us  %7.0f GB/s\n", mb, us, bytes / (us * 1e-6) / 1e9);
-    }
+    print_device_and_ceilings(pool, pool_bytes, {29, 170}, y, REPS);
     struct Shape { const char* name; int m; int k; };
     Shape shapes[] = {{"head 49152x576 Q8_0", 49152, 576}, {"head 262144x640 Q8_0", 262144, 640}};
     for (auto& sh : shapes) {

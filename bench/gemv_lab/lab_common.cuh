@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
@@ -91,4 +92,21 @@ static void quantized_activation(int kmax, signed char** xq, Q8Blk** xd) {
     for (int b = 0; b < kmax / 32; b++) { int s = 0; for (int i = 0; i < 32; i++) s += q[b * 32 + i]; d[b] = {0.01f + 0.001f * (b % 7), s}; }
     CK(cudaMemcpy(*xq, q.data(), q.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(*xd, d.data(), d.size() * sizeof(Q8Blk), cudaMemcpyHostToDevice));
+}
+
+// The device's name, then the streaming ceiling for each size in `mibs`: stream_read over a
+// slice moved through the pool every launch (so L2 holds none of it), its median us a launch.
+static void print_device_and_ceilings(u8* pool, size_t pool_bytes, std::initializer_list<size_t> mibs,
+                                      float* y, int reps) {
+    int dev; cudaGetDevice(&dev); cudaDeviceProp pr; cudaGetDeviceProperties(&pr, dev);
+    printf("device: %s, %d SMs, L2 %d MiB\n", pr.name, pr.multiProcessorCount, pr.l2CacheSize >> 20);
+    for (size_t mb : mibs) {
+        size_t bytes = mb << 20, n = bytes / 16;
+        int blocks = pr.multiProcessorCount * 8;
+        float us = time_graph(reps, [&](cudaStream_t s, int i, bool pdl) {
+            size_t off = (((size_t)i * bytes) % (pool_bytes - bytes)) & ~(size_t)255;
+            launch_pdl(s, pdl, stream_read, dim3(blocks), dim3(256), (const uint4*)(pool + off), n, y);
+        });
+        printf("stream_read %4zu MiB: %8.2f us  %7.0f GB/s\n", mb, us, bytes / (us * 1e-6) / 1e9);
+    }
 }
