@@ -36,6 +36,9 @@
 //   Q5_0 repacked (LAB_Q5P, Q5P below): 15.7 / 17.0;
 //   and Q6_K in the backend's planes (LAB_Q6P): 14.2 / 15.5 (LAB_UNROLL=2), 14.4 / 15.7 (1);
 //   and the PV loop four keys a round (the default; LAB_PV_ONE for the loop before): 14.3 / 15.2.
+// Session 53 (bench/session53/gemma_cluster.txt, today's kernels.cu, v's Q8_0 rows read in GGUF's
+// layout): 14.34 / 15.17 / 22.30 us a layer at pos 64 / 127 / 511, against the step graph's
+// kernels run as a graph in the same conditions (gemma_step.cu) 16.6-16.7 / 16.9-17.1.
 // On 16 SMs the layer is bound by the decoders' instructions, not by bytes or exchanges: with the
 // Q4_1 weights of the first version the gate/up phase took 3.3 us, with Q5_0 through
 // FastUnit<T_Q5_0> 5.8 (its high bits spread by hb4, its words by funnel shifts), repacked 3.9.
@@ -46,6 +49,8 @@
 #define LOCKSTEP_FAST_F32
 #define LOCKSTEP_WEIGHTS_EVICT_NORMAL  // FastUnit's loads as plain loads: they read shared memory here
 #define LOCKSTEP_Q6K_GGUF
+// v's Q8_0 rows in GGUF's blocks (the backend has stored Q8_0 in planes since session 48).
+#define LOCKSTEP_Q80_GGUF
 #ifndef LAB_Q5P
 #define LOCKSTEP_Q50_GGUF  // FastUnit<T_Q5_0> on GGUF's blocks (LAB_Q5P: the repacked, Q5P below)
 #endif
