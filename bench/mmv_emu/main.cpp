@@ -268,6 +268,67 @@ static int layout(const char* path, int k, int m, int ty) {
     return 0;
 }
 
+// A row's 32 lanes played by LPR lanes (kernels.cu played_rows, played_gate_up: a warp 32 / LPR
+// rows at once) against a warp a row (fast_rows, mmv_fast1's and gate_up_fast1's): every row,
+// and with the gate/up pair the gate, the up and the activation (SiLU and GELU), bitwise. Rows of
+// fewer than 32 units, exactly 32 and more; odd and even row counts (the last warp's rows past m).
+template <int TY, int LPR>
+static int run_played_lpr(const char* name, std::mt19937& rng, bool perturb) {
+    int fails = 0;
+    int ks32[] = {576, 640, 2048}, ks256[] = {1024, 2048, 4352};
+    std::vector<int> ks = block_elems(TY) == 256 ? std::vector<int>(ks256, ks256 + 3) : std::vector<int>(ks32, ks32 + 3);
+    constexpr int RPW = 32 / LPR;
+    for (int k : ks) {
+        for (int m : {13, 24}) {
+            auto w = weights<TY>(rng, k, m);
+            auto w2 = weights<TY>(rng, k, m);
+            std::vector<signed char> xq;
+            std::vector<Q8Blk> xd;
+            activation(rng, k, xq, xd);
+            std::vector<float> one(m, NAN), played(m, NAN);
+            launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+                int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+                if (r < m)
+                    fast_rows<TY, 1, false, true>(w.data(), nullptr, xq.data(), xd.data(), one.data(), nullptr, nullptr,
+                                                  0, k, m, r, 0, 0.0);
+            });
+            launch({(unsigned)((m + 4 * RPW - 1) / (4 * RPW)), 1, 1}, 128, 0, [&] {
+                int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * RPW;
+                if (r0 < m) played_rows<TY, LPR>(w.data(), xq.data(), xd.data(), played.data(), k, m, r0);
+            });
+            int bad = differing(one, played, perturb);
+            printf("played %-5s LPR %d k %5d m %3d: %s (%d rows differ)\n", name, LPR, k, m,
+                   bad ? "MISMATCH" : "bitwise", bad);
+            fails += bad != 0;
+            for (int act : {0, 1}) {
+                const double c = 0.7978845608028654;
+                std::vector<float> g1(m, NAN), u1(m, NAN), a1(m, NAN), g2(m, NAN), u2(m, NAN), a2(m, NAN);
+                launch({(unsigned)((m + 3) / 4), 1, 1}, 128, 0, [&] {
+                    int r = blockIdx.x * 4 + (threadIdx.x >> 5);
+                    if (r < m)
+                        fast_rows<TY, 1, true, true>(w.data(), w2.data(), xq.data(), xd.data(), g1.data(), u1.data(),
+                                                     a1.data(), 0, k, m, r, act, c);
+                });
+                launch({(unsigned)((m + 4 * RPW - 1) / (4 * RPW)), 1, 1}, 128, 0, [&] {
+                    int r0 = (blockIdx.x * 4 + (threadIdx.x >> 5)) * RPW;
+                    if (r0 < m)
+                        played_gate_up<TY, LPR>(w.data(), w2.data(), xq.data(), xd.data(), g2.data(), u2.data(),
+                                                a2.data(), k, m, r0, act, c);
+                });
+                int bg = differing(g1, g2, perturb), bu = differing(u1, u2, false), ba = differing(a1, a2, false);
+                printf("played %-5s LPR %d k %5d m %3d gate/up %s: %s (%d, %d, %d differ)\n", name, LPR, k, m,
+                       act ? "GELU" : "SiLU", bg + bu + ba ? "MISMATCH" : "bitwise", bg, bu, ba);
+                fails += bg + bu + ba != 0;
+            }
+        }
+    }
+    return fails;
+}
+template <int TY>
+static int run_played(const char* name, std::mt19937& rng, bool perturb) {
+    return run_played_lpr<TY, 4>(name, rng, perturb) + run_played_lpr<TY, 8>(name, rng, perturb);
+}
+
 int main(int argc, char** argv) {
     if (argc > 4 && std::strcmp(argv[1], "layout") == 0) {
         const char* t = argc > 5 ? argv[5] : "";
@@ -297,6 +358,10 @@ int main(int argc, char** argv) {
     fails += run_long<T_Q4_K, T_Q6_K>("Q4_K/Q6_K", rng, perturb);
     fails += run_long<T_Q5_K, T_Q6_K>("Q5_K/Q6_K", rng, perturb);
     fails += run_preload(rng, perturb);
+    fails += run_played<T_Q5_0>("Q5_0", rng, perturb);
+    fails += run_played<T_Q8_0>("Q8_0", rng, perturb);
+    fails += run_played<T_Q4_K>("Q4_K", rng, perturb);
+    fails += run_played<T_Q6_K>("Q6_K", rng, perturb);
     printf(fails ? "FAIL: %d shapes differ\n" : "PASS: %d shapes differ\n", fails);
     return fails ? 1 : 0;
 }

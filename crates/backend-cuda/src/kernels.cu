@@ -4387,6 +4387,95 @@ __device__ __forceinline__ void pre_rows(const u8* __restrict__ W,
     }
 PRELOAD_ROWS(12, 1)
 PRELOAD_ROWS(12, 2)
+
+// A ROW'S 32 LANES PLAYED BY FEWER (session 53; the row arithmetic of a cluster step on 16 SMs,
+// where a warp a row leaves 12 of 32 lanes idle on rows of 20 units and runs a block's rows one
+// after another: bench/cluster_lab/gemma_step.cu, BENCHMARKS.md session 53). Row r (and, PAIR,
+// row r of W2) of fast_rows<TY, 1, PAIR>, its lanes played by the LPR lanes of this lane's group
+// (this lane being lane p of it), so a warp takes 32 / LPR rows at once: played lane p + LPR k
+// folds units p + LPR k, + 32, ... from 0.0f, as fast_rows' lane does; then warp_sum_fixed's
+// butterfly, its steps o >= LPR inside the thread (lanes i and i ^ o are one thread's played
+// lanes: i mod LPR is kept; a pair's sum is the same bits whichever operand comes first), the
+// rest as shuffles within the group. Every lane of the group ends with the row's sums (v, uv),
+// bitwise fast_rows' (tests/mmv_emulation.rs). decode_layers_cluster's cl_row is the same for
+// Q4_1 rows in shared memory.
+template <int TY, int LPR, bool PAIR>
+__device__ __forceinline__ void played_row(const u8* __restrict__ wa, const u8* __restrict__ wb,
+                                           const signed char* __restrict__ xq,
+                                           const Q8Blk* __restrict__ xd, int units, int p,
+                                           float& v, float& uv) {
+    static_assert(LPR >= 1 && LPR <= 32 && (LPR & (LPR - 1)) == 0, "a power of two of lanes");
+    constexpr int K = 32 / LPR;
+    float a[K], c[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        a[k] = 0.0f;
+        c[k] = 0.0f;
+        for (int u = p + LPR * k; u < units; u += 32) {
+            FastUnit<TY> w;
+            w.load(wa, u);
+            a[k] = w.dot(xq, xd, u, a[k]);
+            if constexpr (PAIR) {
+                FastUnit<TY> w2;
+                w2.load(wb, u);
+                c[k] = w2.dot(xq, xd, u, c[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int s = K / 2; s > 0; s >>= 1) {
+        float ta[K], tc[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            ta[k] = a[k] + a[k ^ s];
+            tc[k] = PAIR ? c[k] + c[k ^ s] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            a[k] = ta[k];
+            c[k] = tc[k];
+        }
+    }
+    v = a[0];
+    uv = c[0];
+#pragma unroll
+    for (int o = LPR / 2; o > 0; o >>= 1) {
+        v = v + __shfl_xor_sync(0xffffffffu, v, o);
+        if constexpr (PAIR) uv = uv + __shfl_xor_sync(0xffffffffu, uv, o);
+    }
+}
+
+// Rows r0 .. r0 + 32 / LPR - 1 of W (k values of type TY) a warp, row r0 + lane / LPR in each
+// group, into y (rows from m on skipped; the whole warp runs, for its shuffles).
+template <int TY, int LPR>
+__device__ __forceinline__ void played_rows(const u8* __restrict__ W, const signed char* __restrict__ xq,
+                                            const Q8Blk* __restrict__ xd, float* __restrict__ y,
+                                            int k, int m, int r0) {
+    int lane = threadIdx.x & 31, p = lane % LPR, r = r0 + lane / LPR, rr = r < m ? r : m - 1;
+    float v, unused;
+    played_row<TY, LPR, false>(fast_row_ptr<TY>(W, rr, k), nullptr, xq, xd, k / FastUnit<TY>::E, p, v,
+                               unused);
+    if (p == 0 && r < m) y[r] = v;
+}
+
+// The gate/up rows r0 .. r0 + 32 / LPR - 1 (both weights, each of k values) a warp, as
+// fast_rows<TY, 1, true> writes them: g, u and the activation act(g) * u (act_apply).
+template <int TY, int LPR>
+__device__ __forceinline__ void played_gate_up(const u8* __restrict__ Wg, const u8* __restrict__ Wu,
+                                               const signed char* __restrict__ xq,
+                                               const Q8Blk* __restrict__ xd, float* __restrict__ gg,
+                                               float* __restrict__ uu, float* __restrict__ aa, int k,
+                                               int m, int r0, int act, double cgelu) {
+    int lane = threadIdx.x & 31, p = lane % LPR, r = r0 + lane / LPR, rr = r < m ? r : m - 1;
+    float v, uv;
+    played_row<TY, LPR, true>(fast_row_ptr<TY>(Wg, rr, k), fast_row_ptr<TY>(Wu, rr, k), xq, xd,
+                              k / FastUnit<TY>::E, p, v, uv);
+    if (p == 0 && r < m) {
+        gg[r] = v;
+        uu[r] = uv;
+        aa[r] = act_apply(v, uv, act, cgelu);
+    }
+}
 // ============================================================================================
 // END FAST NUMERICS
 // ============================================================================================

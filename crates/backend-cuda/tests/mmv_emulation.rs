@@ -10,7 +10,8 @@
 //! Q6_K and Q8_0 planes (`plan::q6k_planar`, `plan::q80_planar`; kernels.cu `q6p_at`, `q8p_at`)
 //! and the repacked Q5_0 blocks give every row GGUF's blocks give. And the o projection with
 //! its weights loaded before its grid wait (`mmv_pre1r_12`, `mmv_pre2r_12`: kernels.cu
-//! `pre_rows`) gives every row `mmv_fast1_12`'s bits.
+//! `pre_rows`) gives every row `mmv_fast1_12`'s bits. So do a row's 32 lanes played by 4 or 8
+//! (`played_rows`, `played_gate_up`: a cluster step's rows, session 53).
 
 mod common;
 
@@ -41,9 +42,10 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
     // Five types of 32-value blocks x 4 row lengths x 2 row counts, three K-quants x 3 x 2,
     // and the o projection with its weights before its grid wait (pre_rows: mmv_pre1r and
     // mmv_pre2r together against a warp a row) on Q4_K rows of 5 lengths x 2 row counts.
+    // (and 48 of the played rows' lines, below)
     assert_eq!(
         text.matches(": bitwise (0 rows differ)").count(),
-        68,
+        68 + 48,
         "{text}"
     );
     assert_eq!(text.matches("preload Q4_K").count(), 10, "{text}");
@@ -55,12 +57,18 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
         27,
         "{text}"
     );
+    // A row's 32 lanes played by 4 or 8 lanes (played_rows, played_gate_up: the cluster step's
+    // row arithmetic) give every row a warp a row gives: Q5_0, Q8_0, Q4_K and Q6_K, rows of
+    // fewer than 32 units, 32 and more, two row counts; and the gate/up pair's gate, up and
+    // activation with SiLU and GELU.
+    assert_eq!(played(&text, ": bitwise (0 rows differ)"), 48, "{text}");
+    assert_eq!(played(&text, ": bitwise (0, 0, 0 differ)"), 96, "{text}");
     // One output one bit off in every shape is caught.
     let (ok, text) = emulate(true);
     assert!(!ok, "a perturbed output passed:\n{text}");
     assert_eq!(
         text.matches("MISMATCH (1 rows differ)").count(),
-        68,
+        68 + 48,
         "{text}"
     );
     assert_eq!(
@@ -68,6 +76,14 @@ fn two_rows_a_warp_is_bitwise_a_warp_a_row() {
         27,
         "{text}"
     );
+    assert_eq!(played(&text, ": MISMATCH (1, 0, 0 differ)"), 96, "{text}");
+}
+
+/// Lines of the played rows' report (`played ...`) that contain `what`.
+fn played(text: &str, what: &str) -> usize {
+    text.lines()
+        .filter(|l| l.starts_with("played") && l.contains(what))
+        .count()
 }
 
 /// `m` random rows of `k` values in blocks of `values` values and `bytes` bytes, the high byte
