@@ -33,7 +33,8 @@
 //   its feed-forward and next q/k/v (4 kernels): 9.74-9.86 us;
 //   v0 (row a warp, weights from DRAM): BITWISE, 21.10-21.42 us;
 //   v1 (the block's rows asked into L2 first, two rows a warp): BITWISE, 20.05-20.11 us;
-//   v2 (every row's 32 lanes played by 8 or 4 lanes, seg_row): built, not yet run.
+//   v2 (every row's 32 lanes played by 8 or 4 lanes: kernels.cu played_rows, played_gate_up,
+//     bitwise fast_rows in tests/mmv_emulation.rs): built, not yet run on the device.
 // gemma_cluster.cu's design (its own arithmetic, weights staged in shared memory, exchanges
 // through it) does the same work in about 8.9 us (block 0's phases), so the row arithmetic on
 // 16 SMs, not the barriers, is what v0 / v1 lack.
@@ -128,67 +129,10 @@ __device__ __forceinline__ void seg_prefetch(const u8* W, int row_bytes, int r0,
     for (size_t o = (size_t)threadIdx.x * 128; o < n; o += (size_t)blockDim.x * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
 }
-// One row (and, PAIR, the same row of W2) of fast_rows<TY, 1, PAIR>, its 32 lanes played by the
-// LPR lanes of this lane's group, this lane being lane p of it (decode_layers_cluster's cl_row for
-// any FastUnit type, its weights read from global memory): played lane p + LPR k folds units
-// p + LPR k, + 32, ... from 0.0f, then warp_sum_fixed's butterfly, its steps o >= LPR inside the
-// thread (each pair's sum is the same bits whichever operand comes first), the rest as shuffles
-// in the group. Every group's lanes end with the row's sums.
-template <int TY, int LPR, bool PAIR>
-__device__ __forceinline__ void seg_row(const u8* wa, const u8* wb, const signed char* xq, const Q8Blk* xd,
-                                        int units, int p, float& v, float& uv) {
-    constexpr int K = 32 / LPR;
-    float a[K], c[K];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        a[k] = 0.0f;
-        c[k] = 0.0f;
-        for (int u = p + LPR * k; u < units; u += 32) {
-            FastUnit<TY> w;
-            w.load(wa, u);
-            a[k] = w.dot(xq, xd, u, a[k]);
-            if constexpr (PAIR) {
-                FastUnit<TY> w2;
-                w2.load(wb, u);
-                c[k] = w2.dot(xq, xd, u, c[k]);
-            }
-        }
-    }
-#pragma unroll
-    for (int s = K / 2; s > 0; s >>= 1) {
-        float ta[K], tc[K];
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            ta[k] = a[k] + a[k ^ s];
-            if constexpr (PAIR) tc[k] = c[k] + c[k ^ s];
-        }
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            a[k] = ta[k];
-            if constexpr (PAIR) c[k] = tc[k];
-        }
-    }
-    v = a[0];
-    uv = c[0];
-#pragma unroll
-    for (int o = LPR / 2; o > 0; o >>= 1) {
-        v = v + __shfl_xor_sync(0xffffffffu, v, o);
-        if constexpr (PAIR) uv = uv + __shfl_xor_sync(0xffffffffu, uv, o);
-    }
-}
-// Rows [r0, r0 + 32 / LPR) of W (k values of type TY) a warp, into y (rows past m skipped).
-template <int TY, int LPR>
-__device__ __forceinline__ void seg_rows(const u8* W, const signed char* xq, const Q8Blk* xd, float* y, int k,
-                                         int m, int r0) {
-    int lane = threadIdx.x & 31, p = lane % LPR, r = r0 + lane / LPR, rr = r < m ? r : m - 1;
-    float v, unused;
-    seg_row<TY, LPR, false>(fast_row_ptr<TY>(W, rr, k), nullptr, xq, xd, k / FastUnit<TY>::E, p, v, unused);
-    if (p == 0 && r < m) y[r] = v;
-}
 // V1 (template PF): every block first asks its rows of the layer's weights into L2, and the
 // down and q/k/v rows go two a warp (fast_rows_nr, bitwise fast_rows' rows).
 // V2 (MODE 2): V1's prefetch, and every row's 32 lanes played by 8 (gate/up, down) or 4 (q/k/v)
-// lanes (seg_row), so a warp takes 4 or 8 rows at once.
+// lanes (kernels.cu played_rows, played_gate_up), so a warp takes 4 or 8 rows at once.
 template <int TD, int TV, int MODE = 0>
 __global__ void __cluster_dims__(16, 1, 1) __launch_bounds__(512, 1) seg_ffn_qkv(SegArgs A) {
     constexpr bool PF = MODE >= 1;
@@ -213,16 +157,8 @@ __global__ void __cluster_dims__(16, 1, 1) __launch_bounds__(512, 1) seg_ffn_qkv
     __syncthreads();
     // G: gate and up, 128 rows a block, 8 a warp; then the block's 4 activation blocks quantized
     if constexpr (MODE == 2) {
-        for (int j0 = 4 * warp; j0 < 128; j0 += 64) {
-            int r = 128 * b + j0 + lane / 8, p = lane % 8;
-            float v, uv;
-            seg_row<6, 8, true>(fast_row_ptr<6>(A.wg, r, D), fast_row_ptr<6>(A.wu, r, D), sq, sd, D / 32, p, v, uv);
-            if (p == 0) {
-                A.gg[r] = v;
-                A.uu[r] = uv;
-                A.aa[r] = act_apply(v, uv, 1, A.cgelu);
-            }
-        }
+        for (int j0 = 4 * warp; j0 < 128; j0 += 64)
+            played_gate_up<6, 8>(A.wg, A.wu, sq, sd, A.gg, A.uu, A.aa, D, F, 128 * b + j0, 1, A.cgelu);
     } else {
         for (int j = 0; j < 8; j++) {
             int r = 128 * b + warp + 16 * j;
@@ -237,7 +173,7 @@ __global__ void __cluster_dims__(16, 1, 1) __launch_bounds__(512, 1) seg_ffn_qkv
     cl.sync();
     // I: the down projection, 40 rows a block
     if constexpr (MODE == 2) {
-        if (warp < 10) seg_rows<TD, 8>(A.wd, A.aq, A.ad, A.down, F, 40 * b + 40, 40 * b + 4 * warp);
+        if (warp < 10) played_rows<TD, 8>(A.wd, A.aq, A.ad, A.down, F, D, 40 * b + 4 * warp);
     } else if constexpr (PF) {
         for (int pr = warp; pr < 20; pr += 16) fast_rows_nr<TD, 2>(A.wd, A.aq, A.ad, A.down, F, D, 40 * b + 2 * pr);
     } else {
@@ -254,9 +190,9 @@ __global__ void __cluster_dims__(16, 1, 1) __launch_bounds__(512, 1) seg_ffn_qkv
     if constexpr (MODE == 2) {
         if (warp < 12) {
             int r = 96 * b + 8 * warp;  // a warp's 8 rows lie in one of q, k, v (1024 and 1280 are multiples of 8)
-            if (r < QD) seg_rows<6, 4>(A.wq, sq, sd, A.q, D, QD, r);
-            else if (r < QD + KVD) seg_rows<6, 4>(A.wk, sq, sd, A.k, D, KVD, r - QD);
-            else seg_rows<TV, 4>(A.wv, sq, sd, A.v, D, KVD, r - QD - KVD);
+            if (r < QD) played_rows<6, 4>(A.wq, sq, sd, A.q, D, QD, r);
+            else if (r < QD + KVD) played_rows<6, 4>(A.wk, sq, sd, A.k, D, KVD, r - QD);
+            else played_rows<TV, 4>(A.wv, sq, sd, A.v, D, KVD, r - QD - KVD);
         }
         return;
     }
