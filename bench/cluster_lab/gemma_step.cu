@@ -64,18 +64,6 @@ constexpr int RB_DN6 = F / 256 * 210, RB_DN4 = F / 256 * 144;
 constexpr int NORM_T = 256;  // plan::norm_threads(640)
 constexpr int FUSED_T = 512;  // plan::norm_fused_block(640, 1536 or 2048 rows, 132 SMs)
 
-static void fill_small(u8* p, size_t bytes, u32 seed) {
-    // random bytes, every odd one below 0x24: each f16 at an even offset (every block's scales
-    // here) is small and finite, so 18 random layers stay finite
-    std::vector<u8> h(bytes);
-    u32 x = seed;
-    for (size_t i = 0; i < bytes; i++) {
-        x = x * 1664525u + 1013904223u;
-        h[i] = (u8)(x >> 24);
-    }
-    for (size_t i = 1; i < bytes; i += 2) h[i] = h[i] % 0x24;
-    CK(cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice));
-}
 static float* dev_floats(size_t n, u32 seed, float lo, float hi) {
     std::vector<float> h(n);
     u32 x = seed;
