@@ -38,6 +38,27 @@
 // gemma_cluster.cu's design (its own arithmetic, weights staged in shared memory, exchanges
 // through it) does the same work in about 8.9 us (block 0's phases), so the row arithmetic on
 // 16 SMs, not the barriers, is what v0 / v1 lack.
+//
+// The way to a bitwise cluster step (session 53's plan; each piece checked here against the
+// chain before it moves to kernels.cu, as decode_layers_cluster did):
+//  1. rows: played_row (v2) from weights staged in shared memory a phase or a layer ahead
+//     (cp.async.bulk on an mbarrier, as decode_layers_cluster; about 250 KB of a layer's weights
+//     a block does not fit its shared memory at once: gate/up 123 KB, down 67 KB, q/k/v about
+//     50 KB, o 23 KB, so the gate/up slot is refilled with the next layer's q/k/v);
+//  2. vectors one way through shared memory (st.async on the receivers' mbarriers) instead of
+//     global memory and the cluster barrier;
+//  3. rope_store's work on 6 blocks (a query head each, k, v), its arithmetic through the same
+//     device functions (norm_regs_w on 64 of the block's threads, rope_elem), K and V rows into
+//     the cache and to the attention blocks;
+//  4. attention_decode_cl8_256's arithmetic: a head's 8 chunks on 4 blocks, two chunks a block
+//     on its two halves of 256 threads (the kernel's body with named barriers for __syncthreads),
+//     the 8 partials (m, l, O) combined in the kernel's order by the head's 4 blocks;
+//  5. the o projection's rows (mmv_pre1r_12: a warp a row, so played_rows<T_Q4_K>) after the
+//     attention's quantized output reaches every block;
+//  6. the layers and the output norm in one kernel, then cluster.rs's plan for Gemma-3's chain
+//     and the graph rewrite, with check's replayed-vs-tapped invariance on the device.
+// The goal it serves: 2.3 us a layer less at pos 64 (gemma_cluster.cu against this chain), about
+// +11% tg128, Gemma-3 at 3x llama.cpp.
 //   nvcc -gencode=arch=compute_90a,code=sm_90a -O3 --fmad=false -std=c++17 \
 //     -diag-suppress 128,177,550,549,20169 -o .device/lab/gemma_step bench/cluster_lab/gemma_step.cu
 // (local nvcc needs the cccl headers for cooperative_groups: pip's nvidia-cuda-cccl). Run with
